@@ -1,0 +1,1 @@
+"""The ``boxcar`` command: run the embedded stack, add URLs, list what is archived."""

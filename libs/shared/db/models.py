@@ -1,0 +1,274 @@
+"""SQLAlchemy 2 models: Crawl, Snapshot, ArchiveResult, Process, Binary, Tag, CrawlSchedule, ...
+
+The shapes follow ArchiveBox 0.9 (``reference/archivebox-0.9.md`` §1.2): ids are UUIDv7 as 32
+hex characters, ``status`` + ``retry_at`` carry every lifecycle (``retry_at`` in the past = due,
+in the future = leased or scheduled, NULL = idle/finished). Who writes what (DESIGN.md):
+
+- ingest: new Crawl / CrawlSchedule / Tag / ApiToken rows
+- crawl-runner: every Crawl / Snapshot / CrawlSchedule *transition*, new Snapshot rows,
+  SnapshotTask rows (task dispatch records)
+- result-projector: ArchiveResult, Process and Binary rows, Snapshot.title / output_size
+
+All timestamps are timezone-aware UTC in Python (``UTCDateTime`` stores naive UTC on SQLite).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Crawl / Snapshot / CrawlSchedule status values (ArchiveBox StatusChoices).
+QUEUED, STARTED, PAUSED, SEALED = "queued", "started", "paused", "sealed"
+OPEN_STATUSES = (QUEUED, STARTED, PAUSED)
+
+# SnapshotTask status values.
+TASK_PLANNED, TASK_DISPATCHED, TASK_SUCCEEDED, TASK_FAILED = "planned", "dispatched", "succeeded", "failed"
+TASK_OPEN = (TASK_PLANNED, TASK_DISPATCHED)
+
+#: Stage number of the finalize step (write index.jsonl) that precedes a snapshot's seal.
+FINALIZE_STAGE = 99
+
+
+def utcnow() -> datetime:
+    """Now, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def url_hash(url: str) -> str:
+    """sha256 hex of a canonical URL: the indexed key for URL lookups (URLs may be 32 KB long)."""
+    return hashlib.sha256(url.encode("utf-8")).hexdigest()
+
+
+class UTCDateTime(TypeDecorator):
+    """A DateTime that always round-trips as aware UTC (SQLite has no time zones)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTCDateTime column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Crawl(Base):
+    """One request to archive: seeds, depth, tags, plugin selection and config overrides."""
+
+    __tablename__ = "crawl"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    modified_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    created_by: Mapped[str] = mapped_column(String(64), default="system")
+    status: Mapped[str] = mapped_column(String(16), default=QUEUED, index=True)
+    retry_at: Mapped[datetime | None] = mapped_column(index=True)
+    seeds: Mapped[list[Any]] = mapped_column(default=list)
+    max_depth: Mapped[int] = mapped_column(Integer, default=0)
+    tags_str: Mapped[str] = mapped_column(String(1024), default="")
+    plugins: Mapped[list[Any]] = mapped_column(default=list)
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    label: Mapped[str] = mapped_column(String(256), default="")
+    notes: Mapped[str] = mapped_column(Text, default="")
+    output_dir: Mapped[str] = mapped_column(String(512), default="")
+    source_file: Mapped[str | None] = mapped_column(String(512))
+    schedule_id: Mapped[str | None] = mapped_column(ForeignKey("crawl_schedule.id", ondelete="SET NULL"))
+    trace_context: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Snapshot(Base):
+    """One URL captured within one crawl. ``stage`` is the runner's progress through the plan."""
+
+    __tablename__ = "snapshot"
+    __table_args__ = (
+        UniqueConstraint("crawl_id", "url_hash"),
+        Index("ix_snapshot_crawl_id_status", "crawl_id", "status"),
+        Index("ix_snapshot_status_retry_at", "status", "retry_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    crawl_id: Mapped[str] = mapped_column(ForeignKey("crawl.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    url_hash: Mapped[str] = mapped_column(String(64), index=True)
+    depth: Mapped[int] = mapped_column(Integer, default=0)
+    parent_snapshot_id: Mapped[str | None] = mapped_column(ForeignKey("snapshot.id", ondelete="SET NULL"))
+    title: Mapped[str | None] = mapped_column(String(512))
+    bookmarked_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    downloaded_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    modified_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    status: Mapped[str] = mapped_column(String(16), default=QUEUED)
+    retry_at: Mapped[datetime | None]
+    stage: Mapped[int] = mapped_column(Integer, default=0)
+    output_dir: Mapped[str] = mapped_column(String(512))
+    output_size: Mapped[int] = mapped_column(BigInteger, default=0)
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class SnapshotTask(Base):
+    """A task dispatch record: one family's work on one stage of one snapshot (runner-owned).
+
+    ``results`` keeps the task's ArchiveResult summaries so the runner can have ``index.jsonl``
+    written at seal time without waiting for the projector.
+    """
+
+    __tablename__ = "snapshot_task"
+    __table_args__ = (Index("ix_snapshot_task_snapshot_id_stage", "snapshot_id", "stage"),)
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    snapshot_id: Mapped[str] = mapped_column(ForeignKey("snapshot.id", ondelete="CASCADE"))
+    crawl_id: Mapped[str] = mapped_column(String(32), index=True)
+    stage: Mapped[int] = mapped_column(Integer)
+    family: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(16), default="hooks")
+    plugins: Mapped[list[Any]] = mapped_column(default=list)
+    status: Mapped[str] = mapped_column(String(16), default=TASK_PLANNED)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    dispatched_at: Mapped[datetime | None]
+    completed_at: Mapped[datetime | None]
+    results: Mapped[list[Any]] = mapped_column(default=list)
+    error: Mapped[str] = mapped_column(Text, default="")
+
+
+class ArchiveResult(Base):
+    """The outcome of one hook on one snapshot (one row per hook; retries update it in place)."""
+
+    __tablename__ = "archiveresult"
+    __table_args__ = (
+        UniqueConstraint("snapshot_id", "plugin", "hook_name"),
+        Index("ix_archiveresult_snapshot_id_status", "snapshot_id", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    snapshot_id: Mapped[str] = mapped_column(ForeignKey("snapshot.id", ondelete="CASCADE"))
+    plugin: Mapped[str] = mapped_column(String(64), index=True)
+    hook_name: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    output_str: Mapped[str] = mapped_column(Text, default="")
+    output_json: Mapped[Any | None] = mapped_column(JSON)
+    output_files: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    output_size: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_mimetypes: Mapped[str] = mapped_column(String(512), default="")
+    start_ts: Mapped[datetime | None]
+    end_ts: Mapped[datetime | None]
+    notes: Mapped[str] = mapped_column(Text, default="")
+    # No FK: Process and ArchiveResult events may be projected in either order.
+    process_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    modified_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Process(Base):
+    """One hook subprocess. stdout/stderr are bounded tails."""
+
+    __tablename__ = "process"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    machine: Mapped[str] = mapped_column(String(255), default="")
+    snapshot_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    plugin: Mapped[str] = mapped_column(String(64), default="")
+    hook_name: Mapped[str] = mapped_column(String(255), default="")
+    cmd: Mapped[list[Any]] = mapped_column(default=list)
+    pwd: Mapped[str] = mapped_column(Text, default="")
+    pid: Mapped[int | None] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    stdout: Mapped[str] = mapped_column(Text, default="")
+    stderr: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    timeout: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="exited")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Binary(Base):
+    """A resolved executable on a machine."""
+
+    __tablename__ = "binary"
+    __table_args__ = (UniqueConstraint("machine", "name", "abspath", "version", "sha256"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    machine: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(128))
+    abspath: Mapped[str] = mapped_column(String(1024))
+    version: Mapped[str] = mapped_column(String(128), default="")
+    sha256: Mapped[str] = mapped_column(String(64), default="")
+    binprovider: Mapped[str] = mapped_column(String(32), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    modified_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Tag(Base):
+    """A tag name (unique)."""
+
+    __tablename__ = "tag"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SnapshotTag(Base):
+    """Snapshot ↔ Tag."""
+
+    __tablename__ = "snapshot_tag"
+
+    snapshot_id: Mapped[str] = mapped_column(ForeignKey("snapshot.id", ondelete="CASCADE"), primary_key=True)
+    tag_id: Mapped[int] = mapped_column(ForeignKey("tag.id", ondelete="CASCADE"), primary_key=True)
+
+
+class CrawlSchedule(Base):
+    """A cron expression (or alias) and a template crawl; feed subscriptions are schedules."""
+
+    __tablename__ = "crawl_schedule"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    modified_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    created_by: Mapped[str] = mapped_column(String(64), default="system")
+    schedule: Mapped[str] = mapped_column(String(64))
+    label: Mapped[str] = mapped_column(String(256), default="")
+    is_enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    status: Mapped[str] = mapped_column(String(16), default=QUEUED, index=True)
+    retry_at: Mapped[datetime | None] = mapped_column(index=True)
+    template: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    last_run_at: Mapped[datetime | None]
+    last_error: Mapped[str] = mapped_column(Text, default="")

@@ -1,0 +1,70 @@
+"""What every service process does at start and stop: logging, tracing, schema, signals.
+
+Usage (see ``nats.py examples/docs/graceful_shutdown.py``: signals set an event, the loop drains)::
+
+    async with run_service("crawl-runner") as (settings, db, stopping):
+        stopping.add_done_callback(lambda _: worker.stop())
+        await worker.run()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+from boxcar.shared import telemetry
+from boxcar.shared.db import Database
+from boxcar.shared.settings import Settings, get_settings
+
+
+def setup_logging(service: str) -> None:
+    """Log lines to stderr as ``time level service: message`` (``LOG_LEVEL``, default INFO)."""
+    logging.basicConfig(
+        level=os.environ.get("LOG_LEVEL", "INFO").upper(),
+        format=f"%(asctime)s %(levelname)s {service}[%(process)d] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("nats", "httpx", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@contextlib.asynccontextmanager
+async def run_service(name: str, *, database: bool = True) -> AsyncIterator[tuple[Settings, Database | None, asyncio.Future]]:
+    """Set a service process up and tear it down.
+
+    Args:
+        name: the service name (logs, ``service.name`` of its spans).
+        database: open the database and upgrade its schema (services that own no rows skip it).
+
+    Yields:
+        ``(settings, db, stopping)``: ``db`` is None without ``database``; ``stopping`` is a
+        future resolved by SIGTERM/SIGINT.
+    """
+    setup_logging(name)
+    telemetry.setup_tracing(name)
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.sqlalchemy_url) if database else None
+    if db is not None:
+        await asyncio.to_thread(db.upgrade)
+    loop = asyncio.get_running_loop()
+    stopping: asyncio.Future = loop.create_future()
+
+    def _stop(signame: str) -> None:
+        logging.getLogger(name).info("%s received: finishing current work", signame)
+        if not stopping.done():
+            stopping.set_result(signame)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _stop, sig.name)
+    try:
+        yield settings, db, stopping
+    finally:
+        if db is not None:
+            db.dispose()
+        telemetry.shutdown_tracing()

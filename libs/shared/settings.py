@@ -1,0 +1,109 @@
+"""Typed settings from the environment: one object every service reads.
+
+Names follow ArchiveBox where a setting means the same thing (``DATA_DIR``, ``TIMEOUT``,
+``PLUGINS``, ``CRAWL_MAX_URLS``, ``CRAWL_MAX_CONCURRENT_SNAPSHOTS``, ``ONLY_NEW``, …); Boxcar's own
+knobs (``NATS_URL``, ``DATABASE_URL``, ``EXECUTOR_CONCURRENCY``, …) are unprefixed too, so one
+``.env`` file drives a whole compose deployment. Plugin settings (``WGET_TIMEOUT``,
+``SAVE_WARC``, …) are not modelled here: they pass through the environment to the hooks, which
+resolve them with abx-plugins' own ``config.json`` schemas (see ``boxcar.shared.plugins``).
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+#: Plugins enabled when neither the request nor ``PLUGINS`` names any. The browser family joins
+#: in a later release; these are the ones that run offline without Chromium.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "wget",
+    "favicon",
+    "htmltotext",
+    "trafilatura",
+    "parse_html_urls",
+    "hashes",
+)
+
+
+def _csv(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Boxcar's settings, read from environment variables (case-insensitive).
+
+    Paths are absolute after validation. Durations are in seconds.
+    """
+
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore")
+
+    data_dir: Path = Field(default=Path("./data"), description="Root of the archive (ArchiveBox layout)")
+    database_url: str = Field(default="", description="SQLAlchemy URL; empty = SQLite at DATA_DIR/index.sqlite3")
+    nats_url: str = Field(default="nats://127.0.0.1:4222")
+    archive_user: str = Field(default="system", description="User name in archive/users/<user>/ paths")
+    plugins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PLUGINS))
+    timeout: int = Field(default=60, description="Default per-hook timeout (ArchiveBox TIMEOUT)")
+    crawl_max_urls: int = Field(default=0, description="Max snapshots per crawl, 0 = unlimited")
+    crawl_max_concurrent_snapshots: int = Field(default=8, ge=1)
+    only_new: bool = Field(default=True, description="Skip URLs already archived in any crawl")
+
+    runner_poll_interval: float = Field(default=1.0, gt=0)
+    snapshot_lease_seconds: int = Field(default=300, ge=5)
+    crawl_lease_seconds: int = Field(default=15, ge=1)
+
+    executor_concurrency: int = Field(default=2, ge=1)
+    task_ack_wait: int = Field(default=60, ge=5, description="JetStream ack wait for hook tasks")
+    task_max_deliver: int = Field(default=3, ge=1)
+    hook_kill_grace: float = Field(default=5.0, ge=0, description="SIGTERM→SIGKILL grace for hooks")
+
+    abxpkg_lib_dir: Path | None = Field(default=None, description="Managed binaries; default DATA_DIR/lib")
+    binary_install_providers: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["uv", "pip", "npm", "pnpm"],
+        description="abxpkg providers allowed to install missing binaries (apt/brew change the host)",
+    )
+    binary_resolve_timeout: float = Field(default=600.0, gt=0)
+
+    api_host: str = Field(default="127.0.0.1")
+    api_port: int = Field(default=8000)
+    max_request_body: int = Field(default=64 * 1024 * 1024, description="Bytes accepted per request")
+
+    machine_name: str = Field(default_factory=socket.gethostname)
+
+    @field_validator("plugins", "binary_install_providers", mode="before")
+    @classmethod
+    def _split_csv(cls, value: object) -> object:
+        return _csv(value)
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @property
+    def lib_dir(self) -> Path:
+        """``ABXPKG_LIB_DIR``: where the binary-resolver installs and projects binaries."""
+        return (self.abxpkg_lib_dir or self.data_dir / "lib").expanduser().resolve()
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The database URL with the driver Boxcar uses (psycopg 3 for Postgres)."""
+        url = self.database_url.strip()
+        if not url:
+            return f"sqlite:///{self.data_dir / 'index.sqlite3'}"
+        for prefix in ("postgres://", "postgresql://"):
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix):]
+        return url
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

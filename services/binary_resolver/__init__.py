@@ -1,0 +1,1 @@
+"""binary-resolver: resolves plugins' required binaries with abxpkg (request/reply ``binaries.resolve``)."""

@@ -1,0 +1,1 @@
+"""hook-executor: runs one family's abx-plugins hooks on snapshots, pulled from JetStream."""

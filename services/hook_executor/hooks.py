@@ -1,0 +1,300 @@
+"""Running one abx-plugins hook as a subprocess, per the hook protocol.
+
+Protocol (abx-plugins 1.13, ``reference/abx-plugins-hands-on.md`` §2.4, abx-dl
+``ProcessService``): ``<hook> --url=U --snapshot-id=ID --depth=N`` in ``$SNAP_DIR/<plugin>/``, in
+its own process group; stdout is JSONL mixed with text (``ArchiveResult``, ``Snapshot``, ``Tag``
+records); a background (``.bg``) hook's first stdout line means "ready". Exit 0 = the record's
+status (no record = ``noresults``), 10 = ``skipped``, anything else = ``failed``; a hook killed at
+its deadline is ``failed`` ("Hook timed out after N seconds"). Output files are the files new or
+changed in the plugin dir during the run (success is never inferred from files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import logging
+import mimetypes
+import os
+import signal
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from boxcar.shared.db.models import utcnow
+from boxcar.shared.ids import new_id
+from boxcar.shared.messages import ArchiveResultRecord, DiscoveredURL, OutputFile, ProcessRecord
+from boxcar.shared.plugins import Hook
+
+log = logging.getLogger(__name__)
+
+EXIT_SKIPPED = 10
+mimetypes.add_type("application/warc", ".warc")  # so x.warc.gz is application/warc (gzip-encoded)
+STREAM_LIMIT = 16 * 1024 * 1024  # longest stdout line we accept (a record with big output_json)
+TAIL_BYTES = 64 * 1024  # stdout/stderr kept on the Process record
+_STATUS_ALIASES = {"success": "succeeded", "succeded": "succeeded", "noresult": "noresults",
+                   "no_results": "noresults", "skip": "skipped", "failure": "failed", "error": "failed"}
+_FINAL = ("succeeded", "failed", "skipped", "noresults")
+_PR_SET_PDEATHSIG = 1
+
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not dlopen after fork
+except OSError:  # pragma: no cover - non-glibc platforms
+    _libc = None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: own session, SIGKILL when the executor dies."""
+    os.setsid()
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def normalize_status(value: Any) -> str:
+    """ArchiveBox's ``ArchiveResult.normalize_status``: aliases to canonical, unknown → failed."""
+    status = str(value or "").strip().lower()
+    status = _STATUS_ALIASES.get(status, status)
+    return status if status in _FINAL else "failed"
+
+
+def scan_files(root: Path) -> dict[str, tuple[int, int]]:
+    """``{relpath: (size, mtime_ns)}`` of regular files under ``root`` (symlinks not followed)."""
+    out: dict[str, tuple[int, int]] = {}
+    if not root.is_dir():
+        return out
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath, name)
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            if not path.is_symlink():
+                out[path.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+class HookProcess:
+    """One run of one hook.
+
+    Args:
+        hook: the hook to run.
+        cmd: full argv (interpreter, hook path, ``--url=…``, …).
+        plugin_dir: ``$SNAP_DIR/<plugin>``, the cwd and the dir whose new files are outputs.
+        env: the complete environment of the subprocess.
+        timeout: the plugin's timeout in seconds; the hook is killed at ``timeout + margin``.
+    """
+
+    def __init__(self, hook: Hook, cmd: list[str], plugin_dir: Path, env: Mapping[str, str], timeout: int,
+                 *, margin: float = 10.0, kill_grace: float = 5.0) -> None:
+        self.hook = hook
+        self.cmd = cmd
+        self.plugin_dir = plugin_dir
+        self.env = dict(env)
+        self.timeout = timeout
+        self.margin = margin
+        self.kill_grace = kill_grace
+        self.process_id = new_id()
+        self.proc: asyncio.subprocess.Process | None = None
+        self.started_at: datetime | None = None
+        self.ended_at: datetime | None = None
+        self.timed_out = False
+        self.records: list[dict[str, Any]] = []
+        self._stdout_tail: list[str] = []
+        self._stdout_size = 0
+        self._stderr = bytearray()
+        self._ready = asyncio.Event()
+        self._readers: list[asyncio.Task] = []
+        self._files_before: dict[str, tuple[int, int]] = {}
+        self._deadline = 0.0
+
+    async def start(self) -> None:
+        """Spawn the hook in its own session (process group); it dies if the executor dies."""
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self._files_before = await asyncio.to_thread(scan_files, self.plugin_dir)
+        self.started_at = utcnow()
+        self._deadline = asyncio.get_running_loop().time() + self.timeout + self.margin
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.cmd, cwd=self.plugin_dir, env=self.env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_parent, limit=STREAM_LIMIT,
+        )
+        self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def _read_stdout(self) -> None:
+        assert self.proc and self.proc.stdout
+        while True:
+            try:
+                raw = await self.proc.stdout.readline()
+            except (asyncio.LimitOverrunError, ValueError):
+                raw = await self.proc.stdout.read(STREAM_LIMIT)  # drop an over-long line
+                continue
+            if not raw:
+                break
+            self._ready.set()
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self._keep_stdout(line)
+            stripped = line.strip()
+            if stripped.startswith("{"):
+                try:
+                    record = json.loads(stripped)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("type"):
+                    self.records.append(record)
+        self._ready.set()
+
+    def _keep_stdout(self, line: str) -> None:
+        self._stdout_tail.append(line)
+        self._stdout_size += len(line) + 1
+        while self._stdout_size > TAIL_BYTES and len(self._stdout_tail) > 1:
+            self._stdout_size -= len(self._stdout_tail.pop(0)) + 1
+
+    async def _read_stderr(self) -> None:
+        assert self.proc and self.proc.stderr
+        while chunk := await self.proc.stderr.read(65536):
+            self._stderr.extend(chunk)
+            if len(self._stderr) > TAIL_BYTES:
+                del self._stderr[: len(self._stderr) - TAIL_BYTES]
+
+    def _remaining(self) -> float:
+        return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
+    async def wait_ready(self) -> None:
+        """Background hooks: wait for the first stdout line (or exit), at most until the deadline."""
+        ready = asyncio.create_task(self._ready.wait())
+        exited = asyncio.create_task(self.proc.wait())
+        await asyncio.wait({ready, exited}, timeout=self._remaining(), return_when=asyncio.FIRST_COMPLETED)
+        for t in (ready, exited):
+            t.cancel()
+
+    async def wait(self) -> None:
+        """Wait for exit; past the deadline, kill the group and mark the run timed out."""
+        if self.proc.returncode is None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), self._remaining())
+            except TimeoutError:
+                self.timed_out = True
+                await self.kill()
+        await self._finish()
+
+    async def stop(self) -> None:
+        """End a background hook: SIGTERM its group (daemons flush and exit; finite downloaders
+        ignore it and finish), then wait until its deadline, then SIGKILL."""
+        if self.proc.returncode is None:
+            self._signal_group(signal.SIGTERM)
+        await self.wait()
+
+    async def kill(self) -> None:
+        """SIGTERM the process group, then SIGKILL after the grace period."""
+        self._signal_group(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), self.kill_grace)
+        except TimeoutError:
+            pass
+        self._signal_group(signal.SIGKILL)
+        await self.proc.wait()
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def _finish(self) -> None:
+        # Children that outlive the hook keep the pipes open: stop them with the group.
+        self._signal_group(signal.SIGKILL)
+        try:
+            await asyncio.wait_for(asyncio.gather(*self._readers), 5)
+        except TimeoutError:
+            for t in self._readers:
+                t.cancel()
+        self.ended_at = utcnow()
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.returncode
+
+    def archive_result(self, snapshot_id: str, crawl_id: str) -> ArchiveResultRecord:
+        """The ArchiveResult for this run (call after ``wait``/``stop``)."""
+        record = next((r for r in reversed(self.records) if r.get("type") == "ArchiveResult"), None)
+        output_str = str((record or {}).get("output_str") or "")
+        notes = ""
+        if self.timed_out:
+            status, notes = "failed", f"Hook timed out after {self.timeout} seconds"
+        elif self.exit_code == EXIT_SKIPPED:
+            status = "skipped"
+        elif self.exit_code != 0:
+            status = "failed"
+            notes = f"exit code {self.exit_code}: {self.stderr_tail(2000).strip() or output_str}"
+        elif record is None:
+            status = "noresults"
+        else:
+            status = normalize_status(record.get("status"))
+            if status == "failed":
+                notes = str(record.get("error") or output_str or self.stderr_tail(2000).strip())
+        files = self.output_files()
+        by_type: dict[str, int] = {}
+        for f in files.values():
+            by_type[f.mimetype] = by_type.get(f.mimetype, 0) + f.size
+        return ArchiveResultRecord(
+            id=new_id(), snapshot_id=snapshot_id, crawl_id=crawl_id, plugin=self.hook.plugin,
+            hook_name=self.hook.name, status=status, output_str=output_str[:10000],
+            output_json=(record or {}).get("output_json"), output_files=files,
+            output_size=sum(f.size for f in files.values()),
+            output_mimetypes=",".join(m for m, _ in sorted(by_type.items(), key=lambda kv: -kv[1]) if m)[:512],
+            start_ts=self.started_at, end_ts=self.ended_at, notes=notes[:10000], process_id=self.process_id,
+        )
+
+    def process_record(self, snapshot_id: str, crawl_id: str, machine: str) -> ProcessRecord:
+        return ProcessRecord(
+            id=self.process_id, snapshot_id=snapshot_id, crawl_id=crawl_id, plugin=self.hook.plugin,
+            hook_name=self.hook.name, cmd=self.cmd, pwd=str(self.plugin_dir), pid=self.pid,
+            exit_code=-1 if self.timed_out else self.exit_code, stdout="\n".join(self._stdout_tail),
+            stderr=self.stderr_tail(TAIL_BYTES), started_at=self.started_at, ended_at=self.ended_at,
+            timeout=self.timeout, machine=machine, status="exited",
+        )
+
+    def stderr_tail(self, limit: int) -> str:
+        return bytes(self._stderr[-limit:]).decode("utf-8", "replace")
+
+    def output_files(self) -> dict[str, OutputFile]:
+        after = scan_files(self.plugin_dir)
+        return {
+            rel: OutputFile(size=meta[0], mimetype=mimetypes.guess_type(rel)[0] or "application/octet-stream")
+            for rel, meta in sorted(after.items()) if self._files_before.get(rel) != meta
+        }
+
+    def discovered(self) -> list[DiscoveredURL]:
+        """URLs the hook reported with ``{"type": "Snapshot", "url": ...}`` records."""
+        out = []
+        for r in self.records:
+            if r.get("type") != "Snapshot" or not isinstance(r.get("url"), str):
+                continue
+            tags = r.get("tags") or []
+            if isinstance(tags, str):
+                tags = [t.strip() for t in tags.split(",") if t.strip()]
+            bookmarked = r.get("bookmarked_at")
+            try:
+                bookmarked_at = datetime.fromisoformat(bookmarked) if isinstance(bookmarked, str) else None
+            except ValueError:
+                bookmarked_at = None
+            if bookmarked_at is not None and bookmarked_at.tzinfo is None:
+                bookmarked_at = None
+            title = r.get("title")
+            out.append(DiscoveredURL(url=r["url"], title=title if isinstance(title, str) and title else None,
+                                     tags=[str(t) for t in tags if t], bookmarked_at=bookmarked_at,
+                                     plugin=self.hook.plugin))
+        return out
+
+    def tags(self) -> list[str]:
+        return [str(r["name"]) for r in self.records if r.get("type") == "Tag" and r.get("name")]

@@ -1,0 +1,1 @@
+"""ingest: the HTTP API (Litestar) that creates Crawls and reads progress."""

@@ -1,0 +1,67 @@
+"""The ingest service: a Litestar app (OpenAPI at ``/schema``)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from litestar import Litestar, get
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+
+from boxcar.ingest.controllers import CrawlController, SnapshotController
+from boxcar.ingest.services import CrawlService
+from boxcar.shared import bus
+from boxcar.shared.db import Database
+from boxcar.shared.families import load_families
+from boxcar.shared.plugins import get_catalog
+from boxcar.shared.settings import Settings, get_settings
+
+log = logging.getLogger("boxcar.ingest")
+
+
+@get("/healthz", operation_id="Health", tags=["health"])
+async def health(state: State) -> dict[str, bool]:
+    """Liveness: the process answers; ``nats`` tells whether wake-ups reach the runners."""
+    nc = getattr(state, "nats", None)
+    return {"ok": True, "nats": bool(nc is not None and nc.is_connected)}
+
+
+def create_app(settings: Settings | None = None, db: Database | None = None) -> Litestar:
+    """Build the ingest app.
+
+    Args:
+        settings: defaults to the environment's.
+        db: defaults to a Database on ``settings.sqlalchemy_url`` (schema upgraded at start).
+    """
+    settings = settings or get_settings()
+    own_db = db is None
+    db = db or Database(settings.sqlalchemy_url)
+    service = CrawlService(db, settings, get_catalog(), load_families())
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar):
+        if own_db:
+            db.upgrade()
+        try:
+            app.state.nats = await bus.connect(settings.nats_url, "ingest")
+        except Exception as exc:  # the API still works; runners find new crawls by polling
+            log.warning("NATS unavailable (%s): runners will find new crawls by polling", exc)
+            app.state.nats = None
+        try:
+            yield
+        finally:
+            if app.state.nats is not None:
+                await app.state.nats.close()
+            if own_db:
+                db.dispose()
+
+    return Litestar(
+        route_handlers=[CrawlController, SnapshotController, health],
+        dependencies={"crawl_service": Provide(lambda: service, sync_to_thread=False)},
+        lifespan=[lifespan],
+        openapi_config=OpenAPIConfig(title="Boxcar", version="0.1.0", path="/schema",
+                                     description="Self-hosted web archiver: queue URLs, follow crawls."),
+        request_max_body_size=settings.max_request_body,
+    )

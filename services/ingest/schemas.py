@@ -1,0 +1,86 @@
+"""Request and response bodies of the ingest API (separate from the DB models)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+
+MaxDepth = Annotated[int, msgspec.Meta(ge=0, le=4, description="How many link hops to follow (0–4)")]
+
+
+class SeedIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A URL with what its source says about it."""
+
+    url: str
+    title: str | None = None
+    tags: list[str] = []
+    bookmarked_at: datetime | None = None
+
+
+class CrawlCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /api/v1/crawls``: what to archive and how."""
+
+    urls: Annotated[list[str | SeedIn], msgspec.Meta(min_length=1, max_length=100_000)]
+    tags: list[str] = []
+    max_depth: MaxDepth = 0
+    plugins: list[str] = []
+    config: dict[str, str | int | float | bool] = {}
+    label: str = ""
+
+
+class CrawlCreated(msgspec.Struct):
+    id: str
+    status: str
+    urls: int
+
+
+class CrawlStatus(msgspec.Struct):
+    """A crawl with its snapshots counted by status and its results counted by status."""
+
+    id: str
+    status: str
+    created_at: datetime
+    modified_at: datetime
+    max_depth: int
+    tags: list[str]
+    plugins: list[str]
+    label: str
+    output_dir: str
+    snapshots: dict[str, int]
+    results: dict[str, int]
+    results_pending: int | None = None  # once sealed: results reported but not projected yet
+
+
+class ResultOut(msgspec.Struct):
+    plugin: str
+    hook_name: str
+    status: str
+    output_str: str
+    output_size: int
+    output_files: dict[str, Any]
+    start_ts: datetime | None
+    end_ts: datetime | None
+    notes: str
+
+
+class SnapshotOut(msgspec.Struct):
+    id: str
+    crawl_id: str
+    url: str
+    title: str | None
+    status: str
+    depth: int
+    parent_snapshot_id: str | None
+    bookmarked_at: datetime
+    downloaded_at: datetime | None
+    output_dir: str
+    output_size: int
+    tags: list[str]
+    results: list[ResultOut]
+
+
+class SnapshotPage(msgspec.Struct):
+    total: int
+    items: list[SnapshotOut]

@@ -1,0 +1,1 @@
+"""result-projector: the only writer of ArchiveResult, Process and Binary rows (idempotent upserts)."""
