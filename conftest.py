@@ -43,8 +43,11 @@ def run_nats(store: Path) -> Iterator[str]:
     """A JetStream-enabled nats-server on a free loopback port; yields its URL."""
     port = free_port()
     store.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, 20, proc)
         yield f"nats://127.0.0.1:{port}"
@@ -121,8 +124,11 @@ def corpus_server(tmp_path_factory) -> Iterator[str]:
         pytest.skip(f"corpus not found at {CORPUS} (set BOXCAR_SHARED_DIR)")
     tmp = tmp_path_factory.mktemp("corpus")
     port_file = tmp / "port"
-    proc = subprocess.Popen([sys.executable, str(serve), "0", "--port-file", str(port_file),
-                             "--log-file", str(tmp / "access.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(serve), "0", "--port-file", str(port_file), "--log-file", str(tmp / "access.log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while not (port_file.exists() and port_file.read_text().strip()):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -173,10 +179,21 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
     """Start Boxcar's services as separate processes on a given database and NATS server."""
     stacks: list[EmbeddedStack] = []
 
-    def start(database_url: str, nats: str, *, families: list[str] | None = None,
-              env: dict[str, str] | None = None, data_dir: Path | None = None) -> EmbeddedStack:
-        for key, value in {"DATABASE_URL": database_url, "NATS_URL": nats, "RUNNER_POLL_INTERVAL": "0.5",
-                           "ABXPKG_LIB_DIR": str(lib_dir), **(env or {})}.items():
+    def start(
+        database_url: str,
+        nats: str,
+        *,
+        families: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        data_dir: Path | None = None,
+    ) -> EmbeddedStack:
+        for key, value in {
+            "DATABASE_URL": database_url,
+            "NATS_URL": nats,
+            "RUNNER_POLL_INTERVAL": "0.5",
+            "ABXPKG_LIB_DIR": str(lib_dir),
+            **(env or {}),
+        }.items():
             monkeypatch.setenv(key, value)
         settings = Settings(data_dir=data_dir or tmp_path / "data")
         stack = EmbeddedStack(settings, families=families, use_external_nats=True)

@@ -7,7 +7,14 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 
 class ApiError(RuntimeError):
@@ -37,8 +44,9 @@ class BoxcarClient:
     def crawl(self, crawl_id: str) -> dict[str, Any]:
         return self._check(self.http.get(f"/api/v1/crawls/{crawl_id}"))
 
-    def wait(self, crawl_id: str, *, console: Console, poll: float = 0.5, timeout: float | None = None,
-             on_tick=None) -> dict[str, Any]:
+    def wait(
+        self, crawl_id: str, *, console: Console, poll: float = 0.5, timeout: float | None = None, on_tick=None
+    ) -> dict[str, Any]:
         """Show live progress until the crawl is sealed and all its results are projected.
 
         Args:
@@ -51,16 +59,29 @@ class BoxcarClient:
             TimeoutError: ``timeout`` seconds passed first.
         """
         started = time.monotonic()
-        columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("snapshots"), TextColumn("{task.fields[results]}"), TimeElapsedColumn())
+        columns = (
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("snapshots"),
+            TextColumn("{task.fields[results]}"),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, console=console, transient=False) as progress:
             bar = progress.add_task(f"crawl {crawl_id[-8:]}", total=None, results="")
             while True:
                 state = self.crawl(crawl_id)
                 snaps, results = state["snapshots"], state["results"]
-                progress.update(bar, total=max(snaps["total"], 1), completed=snaps["sealed"],
-                                results=(f"[green]✔ {results.get('succeeded', 0)}[/] [red]✖ {results.get('failed', 0)}[/] "
-                                         f"[yellow]∅ {results.get('noresults', 0)}[/] ⤼ {results.get('skipped', 0)}"))
+                progress.update(
+                    bar,
+                    total=max(snaps["total"], 1),
+                    completed=snaps["sealed"],
+                    results=(
+                        f"[green]✔ {results.get('succeeded', 0)}[/] [red]✖ {results.get('failed', 0)}[/] "
+                        f"[yellow]∅ {results.get('noresults', 0)}[/] ⤼ {results.get('skipped', 0)}"
+                    ),
+                )
                 if state["status"] == "sealed" and not state.get("results_pending"):
                     return state
                 if timeout is not None and time.monotonic() - started > timeout:

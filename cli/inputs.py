@@ -33,8 +33,12 @@ def expand_args(args: list[str]) -> list[str]:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise InputFileError(f"{arg}: {exc.strerror}") from None
-        found = [m.group(0).rstrip(".,;:!?)") for line in text.splitlines()
-                 if line.strip() and not line.lstrip().startswith("#") for m in URL_IN_TEXT.finditer(line)]
+        found = [
+            m.group(0).rstrip(".,;:!?)")
+            for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+            for m in URL_IN_TEXT.finditer(line)
+        ]
         if not found:
             raise InputFileError(f"{arg}: no http(s) URL found in the file")
         urls.extend(found)

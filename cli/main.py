@@ -67,7 +67,8 @@ def summary(state: dict, data_dir: Path) -> dict:
     """The ``--json`` summary of a crawl (see README)."""
     results = state["results"]
     return {
-        "crawl_id": state["id"], "status": state["status"],
+        "crawl_id": state["id"],
+        "status": state["status"],
         "snapshots": {"total": state["snapshots"]["total"], "sealed": state["snapshots"]["sealed"]},
         "results": {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")},
         "data_dir": str(data_dir),
@@ -79,6 +80,7 @@ def common_options(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -95,8 +97,11 @@ def up(data_dir: str | None, port: int | None) -> None:
     settings = _settings(data_dir)
     if running_stack(settings.data_dir):
         fail(f"a Boxcar stack is already running on {settings.data_dir}")
-    stack = EmbeddedStack(settings, api_port=settings.api_port if port is None else port,
-                          use_external_nats=bool(os.environ.get("NATS_URL")))
+    stack = EmbeddedStack(
+        settings,
+        api_port=settings.api_port if port is None else port,
+        use_external_nats=bool(os.environ.get("NATS_URL")),
+    )
     stopping = []
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
@@ -138,8 +143,12 @@ def add(data_dir, inputs, depth, tags, plugins, wait, as_json, api, timeout) -> 
         urls = expand_args(list(inputs))
     except InputFileError as exc:
         fail(str(exc), 2)
-    payload = {"urls": urls, "tags": list(tags), "max_depth": depth,
-               "plugins": [p.strip() for p in plugins.split(",") if p.strip()]}
+    payload = {
+        "urls": urls,
+        "tags": list(tags),
+        "max_depth": depth,
+        "plugins": [p.strip() for p in plugins.split(",") if p.strip()],
+    }
     with api_for(settings, api) as (client, stack):
         try:
             created = client.create_crawl(payload)
@@ -152,8 +161,7 @@ def add(data_dir, inputs, depth, tags, plugins, wait, as_json, api, timeout) -> 
                 click.echo(json.dumps({"crawl_id": crawl_id, "status": created["status"]}))
             return
         try:
-            state = client.wait(crawl_id, console=err, timeout=timeout,
-                                on_tick=stack.supervise_once if stack else None)
+            state = client.wait(crawl_id, console=err, timeout=timeout, on_tick=stack.supervise_once if stack else None)
         except TimeoutError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
@@ -163,9 +171,12 @@ def add(data_dir, inputs, depth, tags, plugins, wait, as_json, api, timeout) -> 
         click.echo(json.dumps(result))
     else:
         r = result["results"]
-        err.print(f"[bold green]sealed[/]: {result['snapshots']['sealed']} snapshot(s); results "
-                  f"{r['succeeded']} succeeded, {r['failed']} failed, {r['noresults']} no results, "
-                  f"{r['skipped']} skipped.  `boxcar list --crawl {crawl_id}` shows them; files under {settings.data_dir}/archive")
+        err.print(
+            f"[bold green]sealed[/]: {result['snapshots']['sealed']} snapshot(s); results "
+            f"{r['succeeded']} succeeded, {r['failed']} failed, {r['noresults']} no results, "
+            f"{r['skipped']} skipped.  `boxcar list --crawl {crawl_id}` shows them; "
+            f"files under {settings.data_dir}/archive"
+        )
 
 
 @cli.command("list")
@@ -189,13 +200,30 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
     page = service.list_snapshots(crawl_id, limit, 0)
     if as_json:
         for snap in page.items:
-            click.echo(json.dumps({
-                "id": snap.id, "crawl_id": snap.crawl_id, "url": snap.url, "title": snap.title,
-                "status": snap.status, "depth": snap.depth, "parent_snapshot_id": snap.parent_snapshot_id,
-                "output_dir": str(settings.data_dir / snap.output_dir), "tags": snap.tags,
-                "results": [{"plugin": r.plugin, "hook_name": r.hook_name, "status": r.status,
-                             "output_str": r.output_str} for r in snap.results],
-            }))
+            click.echo(
+                json.dumps(
+                    {
+                        "id": snap.id,
+                        "crawl_id": snap.crawl_id,
+                        "url": snap.url,
+                        "title": snap.title,
+                        "status": snap.status,
+                        "depth": snap.depth,
+                        "parent_snapshot_id": snap.parent_snapshot_id,
+                        "output_dir": str(settings.data_dir / snap.output_dir),
+                        "tags": snap.tags,
+                        "results": [
+                            {
+                                "plugin": r.plugin,
+                                "hook_name": r.hook_name,
+                                "status": r.status,
+                                "output_str": r.output_str,
+                            }
+                            for r in snap.results
+                        ],
+                    }
+                )
+            )
         return
     table = Table("status", "depth", "url", "title", "results")
     for snap in page.items:
@@ -217,8 +245,18 @@ def demo(data_dir, depth, as_json) -> None:
     with serve_demo_site() as url:
         err.print(f"demo site at {url}")
         ctx = click.get_current_context()
-        ctx.invoke(add, data_dir=data_dir, inputs=(url,), depth=depth, tags=("demo",), plugins="", wait=True,
-                   as_json=as_json, api=None, timeout=None)
+        ctx.invoke(
+            add,
+            data_dir=data_dir,
+            inputs=(url,),
+            depth=depth,
+            tags=("demo",),
+            plugins="",
+            wait=True,
+            as_json=as_json,
+            api=None,
+            timeout=None,
+        )
 
 
 @cli.command()

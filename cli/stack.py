@@ -105,8 +105,14 @@ class EmbeddedStack:
         use_external_nats: connect to ``settings.nats_url`` instead of starting a server.
     """
 
-    def __init__(self, settings: Settings, *, api_port: int = 0, families: list[str] | None = None,
-                 use_external_nats: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        api_port: int = 0,
+        families: list[str] | None = None,
+        use_external_nats: bool = False,
+    ) -> None:
         self.settings = settings
         self.data_dir = settings.data_dir
         self.api_port = api_port or free_port()
@@ -138,10 +144,12 @@ class EmbeddedStack:
             db.dispose()
             env = self._child_env()
             py = sys.executable
-            specs = [("ingest", [py, "-m", "boxcar.ingest"]),
-                     ("crawl-runner", [py, "-m", "boxcar.crawl_runner"]),
-                     ("result-projector", [py, "-m", "boxcar.result_projector"]),
-                     ("binary-resolver", [py, "-m", "boxcar.binary_resolver"])]
+            specs = [
+                ("ingest", [py, "-m", "boxcar.ingest"]),
+                ("crawl-runner", [py, "-m", "boxcar.crawl_runner"]),
+                ("result-projector", [py, "-m", "boxcar.result_projector"]),
+                ("binary-resolver", [py, "-m", "boxcar.binary_resolver"]),
+            ]
             specs += [(f"hook-executor-{f}", [py, "-m", "boxcar.hook_executor", "--family", f]) for f in self.families]
             for name, argv in specs:
                 child = Child(name, argv, self.log_dir / f"{name}.log")
@@ -161,7 +169,9 @@ class EmbeddedStack:
         with open(log_path, "ab") as out:
             self.nats_proc = subprocess.Popen(
                 [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         try:
             wait_for_port(port, 20, self.nats_proc)
@@ -171,15 +181,28 @@ class EmbeddedStack:
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"DATA_DIR": str(self.data_dir), "NATS_URL": self.nats_url, "API_HOST": "127.0.0.1",
-                    "API_PORT": str(self.api_port), "DATABASE_URL": self.settings.database_url,
-                    "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "DATA_DIR": str(self.data_dir),
+                "NATS_URL": self.nats_url,
+                "API_HOST": "127.0.0.1",
+                "API_PORT": str(self.api_port),
+                "DATABASE_URL": self.settings.database_url,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         return env
 
     def _spawn(self, child: Child, env: dict[str, str]) -> None:
         with open(child.log_path, "ab") as out:
-            child.proc = subprocess.Popen(child.argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            child.proc = subprocess.Popen(
+                child.argv,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def _wait_api(self, timeout: float) -> None:
         ingest = self.children[0]
@@ -198,8 +221,17 @@ class EmbeddedStack:
     def _write_stack_file(self) -> None:
         path = self.data_dir / STACK_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"pid": os.getpid(), "api_url": self.api_url, "nats_url": self.nats_url,
-                                    "database_url": self.settings.sqlalchemy_url, "started_at": time.time()}))
+        path.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "api_url": self.api_url,
+                    "nats_url": self.nats_url,
+                    "database_url": self.settings.sqlalchemy_url,
+                    "started_at": time.time(),
+                }
+            )
+        )
 
     def add_replica(self, name: str) -> Child:
         """Start one more process of a running service (``crawl-runner``, ``hook-executor-fetch``, …)."""
@@ -220,7 +252,9 @@ class EmbeddedStack:
                 child.restarts = [t for t in child.restarts if now - t < 60]
                 if len(child.restarts) >= 5:
                     continue
-                log.warning("%s exited with %s; restarting (log: %s)", child.name, child.proc.returncode, child.log_path)
+                log.warning(
+                    "%s exited with %s; restarting (log: %s)", child.name, child.proc.returncode, child.log_path
+                )
                 child.restarts.append(now)
                 self._spawn(child, env)
                 restarted.append(child.name)

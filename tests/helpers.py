@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 import httpx
 from sqlalchemy import select
@@ -12,10 +11,7 @@ from sqlalchemy import select
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
 
-T = TypeVar("T")
-
-
-def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.25) -> T:
+def wait_until[T](check: Callable[[], T], timeout: float, what: str, interval: float = 0.25) -> T:
     """Poll ``check`` until it returns something truthy; fail the test after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:

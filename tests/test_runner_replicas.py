@@ -8,9 +8,9 @@ from collections import Counter
 
 import nats
 
+from boxcar.shared.db import Database
 from boxcar.shared.messages import HookTask, SnapshotEvent, decode
 from tests.helpers import load_crawl, submit, wait_sealed
-from boxcar.shared.db import Database
 
 
 class Tap:

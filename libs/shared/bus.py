@@ -84,15 +84,36 @@ def control_subject(crawl_id: str) -> str:
 
 
 STREAMS: tuple[StreamConfig, ...] = (
-    StreamConfig(name=TASKS_STREAM, subjects=["tasks.>"], retention=RetentionPolicy.WORK_QUEUE,
-                 storage=StorageType.FILE, duplicate_window=120.0),
-    StreamConfig(name=EVENTS_STREAM, subjects=["events.>"], retention=RetentionPolicy.LIMITS,
-                 storage=StorageType.FILE, max_age=7 * DAY, duplicate_window=120.0,
-                 discard=DiscardPolicy.OLD),
-    StreamConfig(name=CONTROL_STREAM, subjects=["control.>"], retention=RetentionPolicy.LIMITS,
-                 storage=StorageType.FILE, max_age=DAY),
-    StreamConfig(name=TASK_DEAD_STREAM, subjects=[MAX_DELIVERIES_ADVISORY], retention=RetentionPolicy.LIMITS,
-                 storage=StorageType.FILE, max_age=7 * DAY),
+    StreamConfig(
+        name=TASKS_STREAM,
+        subjects=["tasks.>"],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        duplicate_window=120.0,
+    ),
+    StreamConfig(
+        name=EVENTS_STREAM,
+        subjects=["events.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=7 * DAY,
+        duplicate_window=120.0,
+        discard=DiscardPolicy.OLD,
+    ),
+    StreamConfig(
+        name=CONTROL_STREAM,
+        subjects=["control.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=DAY,
+    ),
+    StreamConfig(
+        name=TASK_DEAD_STREAM,
+        subjects=[MAX_DELIVERIES_ADVISORY],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=7 * DAY,
+    ),
 )
 
 
@@ -124,8 +145,7 @@ async def ensure_streams(js: JetStreamContext) -> None:
                 continue
             except nats.js.errors.BadRequestError:
                 info = await js.stream_info(config.name)  # another service created it first
-        if sorted(info.config.subjects or []) != sorted(config.subjects or []) or \
-                info.config.max_age != config.max_age:
+        if sorted(info.config.subjects or []) != sorted(config.subjects or []) or info.config.max_age != config.max_age:
             await js.update_stream(config)
 
 
@@ -173,8 +193,9 @@ def trace_headers(msg_id: str | None = None, extra: Mapping[str, str] | None = N
     return headers
 
 
-async def publish(js: JetStreamContext, subject: str, msg: msgspec.Struct, *, msg_id: str | None = None,
-                  timeout: float = 10.0) -> None:
+async def publish(
+    js: JetStreamContext, subject: str, msg: msgspec.Struct, *, msg_id: str | None = None, timeout: float = 10.0
+) -> None:
     """Publish ``msg`` to JetStream and wait for the stream's ack (the message is durable after)."""
     await js.publish(subject, encode(msg), headers=trace_headers(msg_id), timeout=timeout)
 

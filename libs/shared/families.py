@@ -24,27 +24,99 @@ class Family(msgspec.Struct, frozen=True):
 
 
 DEFAULT_FAMILIES: tuple[Family, ...] = (
-    Family("browser", 1, (
-        "chrome", "title", "screenshot", "pdf", "dom", "headers", "redirects", "responses",
-        "consolelog", "dns", "sslcerts", "seo", "accessibility", "chrome_mhtml", "staticfile",
-        "infiniscroll", "modalcloser", "mobilesize", "chrome_screencast", "singlefile", "ublock",
-        "istilldontcareaboutcookies", "twocaptcha", "archivewebpage", "parse_dom_outlinks",
-        "claudechrome", "tlsnotary",
-        # site-specific exporters (drive the logged-in tab)
-        "box", "calendar", "canva", "drawio", "dropbox", "excalidraw", "figma", "googledocs",
-        "googledrive", "iclouddrive", "iwork", "mega", "microsoft365", "miro", "nextcloud", "notion",
-        "onedrive", "protondocs", "protondrive", "tldraw", "wetransfer",
-    )),
+    Family(
+        "browser",
+        1,
+        (
+            "chrome",
+            "title",
+            "screenshot",
+            "pdf",
+            "dom",
+            "headers",
+            "redirects",
+            "responses",
+            "consolelog",
+            "dns",
+            "sslcerts",
+            "seo",
+            "accessibility",
+            "chrome_mhtml",
+            "staticfile",
+            "infiniscroll",
+            "modalcloser",
+            "mobilesize",
+            "chrome_screencast",
+            "singlefile",
+            "ublock",
+            "istilldontcareaboutcookies",
+            "twocaptcha",
+            "archivewebpage",
+            "parse_dom_outlinks",
+            "claudechrome",
+            "tlsnotary",
+            # site-specific exporters (drive the logged-in tab)
+            "box",
+            "calendar",
+            "canva",
+            "drawio",
+            "dropbox",
+            "excalidraw",
+            "figma",
+            "googledocs",
+            "googledrive",
+            "iclouddrive",
+            "iwork",
+            "mega",
+            "microsoft365",
+            "miro",
+            "nextcloud",
+            "notion",
+            "onedrive",
+            "protondocs",
+            "protondrive",
+            "tldraw",
+            "wetransfer",
+        ),
+    ),
     Family("fetch", 1, ("wget", "favicon", "archivedotorg", "git")),
     Family("media", 1, ("ytdlp", "gallerydl", "forumdl", "papersdl")),
-    Family("extract", 2, (
-        "htmltotext", "trafilatura", "readability", "mercury", "defuddle", "liteparse",
-        "opendataloader", "claudecodeextract",
-    )),
-    Family("parse", 2, (
-        "parse_html_urls", "parse_txt_urls", "parse_rss_urls", "parse_netscape_urls", "parse_jsonl_urls",
-    )),
-    Family("index", 3, ("hashes", "search_backend_sqlite", "opentimestamps", "claudecodecleanup")),
+    Family(
+        "extract",
+        2,
+        (
+            "htmltotext",
+            "trafilatura",
+            "readability",
+            "mercury",
+            "defuddle",
+            "liteparse",
+            "opendataloader",
+            "claudecodeextract",
+        ),
+    ),
+    Family(
+        "parse",
+        2,
+        (
+            "parse_html_urls",
+            "parse_txt_urls",
+            "parse_rss_urls",
+            "parse_netscape_urls",
+            "parse_jsonl_urls",
+        ),
+    ),
+    Family(
+        "index",
+        3,
+        (
+            "hashes",
+            "search_backend_sqlite",
+            "search_backend_sonic",
+            "opentimestamps",
+            "claudecodecleanup",
+        ),
+    ),
 )
 
 
@@ -58,8 +130,9 @@ class FamilyTable:
             self.families[family.name] = family
             for plugin in family.plugins:
                 if plugin in self._by_plugin:
-                    raise ValueError(f"plugin {plugin!r} is in two families: "
-                                     f"{self._by_plugin[plugin].name} and {family.name}")
+                    raise ValueError(
+                        f"plugin {plugin!r} is in two families: {self._by_plugin[plugin].name} and {family.name}"
+                    )
                 self._by_plugin[plugin] = family
 
     def family_of(self, plugin: str) -> Family | None:
@@ -104,5 +177,7 @@ def load_families(environ: Mapping[str, str] | None = None) -> FamilyTable:
         data = json.loads(raw)
         families = [Family(name, int(spec["stage"]), tuple(spec["plugins"])) for name, spec in data.items()]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f'FAMILIES must be JSON like {{"fetch": {{"stage": 1, "plugins": ["wget"]}}}}: {exc}') from None
+        raise ValueError(
+            f'FAMILIES must be JSON like {{"fetch": {{"stage": 1, "plugins": ["wget"]}}}}: {exc}'
+        ) from None
     return FamilyTable(families)

@@ -167,7 +167,6 @@ class PluginCatalog:
             out.append((key, hydrate_required_binary(record, resolved)))
         return out
 
-
     def hook_env(self, plugins: Iterable[str], resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
         """Resolved config of ``plugins`` (and their requirements, and base) as environment strings.
 

@@ -15,7 +15,9 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from boxcar.shared import telemetry
 from boxcar.shared.db import Database
@@ -34,7 +36,9 @@ def setup_logging(service: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def run_service(name: str, *, database: bool = True) -> AsyncIterator[tuple[Settings, Database | None, asyncio.Future]]:
+async def run_service(
+    name: str, *, database: bool = True
+) -> AsyncIterator[tuple[Settings, Database | None, asyncio.Future]]:
     """Set a service process up and tear it down.
 
     Args:
@@ -62,9 +66,33 @@ async def run_service(name: str, *, database: bool = True) -> AsyncIterator[tupl
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _stop, sig.name)
+    heartbeat = asyncio.create_task(_heartbeat(os.environ.get("HEALTH_FILE", "")))
     try:
         yield settings, db, stopping
     finally:
+        heartbeat.cancel()
         if db is not None:
             db.dispose()
         telemetry.shutdown_tracing()
+
+
+async def _heartbeat(path: str, interval: float = 5.0) -> None:
+    """Touch ``HEALTH_FILE`` every few seconds while the event loop runs (container healthchecks)."""
+    if not path:
+        return
+    while True:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(str(time.time()))
+        await asyncio.sleep(interval)
+
+
+def check_health(path: str, max_age: float = 30.0) -> bool:
+    """True when the heartbeat file at ``path`` is younger than ``max_age`` seconds."""
+    try:
+        return time.time() - float(Path(path).read_text()) < max_age
+    except (OSError, ValueError):
+        return False
+
+
+if __name__ == "__main__":  # python -m boxcar.shared.service: a container healthcheck
+    sys.exit(0 if check_health(os.environ.get("HEALTH_FILE", "/tmp/boxcar-health")) else 1)

@@ -99,7 +99,7 @@ class Settings(BaseSettings):
             return f"sqlite:///{self.data_dir / 'index.sqlite3'}"
         for prefix in ("postgres://", "postgresql://"):
             if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix):]
+                return "postgresql+psycopg://" + url[len(prefix) :]
         return url
 
 

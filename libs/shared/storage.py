@@ -51,16 +51,30 @@ def host_component(url: str) -> str:
 def snapshot_dir(user: str, bookmarked_at: datetime, url: str, snapshot_id: str) -> str:
     """Relative path of a snapshot's output dir: ``archive/users/<user>/snapshots/<YYYYMMDD>/<host>/<id>``."""
     return "/".join(
-        ("archive", "users", _safe_user(user), "snapshots", bookmarked_at.strftime("%Y%m%d"),
-         host_component(url), snapshot_id)
+        (
+            "archive",
+            "users",
+            _safe_user(user),
+            "snapshots",
+            bookmarked_at.strftime("%Y%m%d"),
+            host_component(url),
+            snapshot_id,
+        )
     )
 
 
 def crawl_dir(user: str, created_at: datetime, first_url: str, crawl_id: str) -> str:
     """Relative path of a crawl's dir (``CRAWL_DIR`` for crawl-scoped hooks)."""
     return "/".join(
-        ("archive", "users", _safe_user(user), "crawls", created_at.strftime("%Y%m%d"),
-         host_component(first_url), crawl_id)
+        (
+            "archive",
+            "users",
+            _safe_user(user),
+            "crawls",
+            created_at.strftime("%Y%m%d"),
+            host_component(first_url),
+            crawl_id,
+        )
     )
 
 

@@ -28,8 +28,7 @@ log = logging.getLogger("boxcar.binary_resolver")
 tracer = telemetry.tracer("boxcar.binary_resolver")
 
 
-def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: list[str],
-                   machine: str) -> BinaryReply:
+def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: list[str], machine: str) -> BinaryReply:
     """Load, or failing that install, one binary (blocking; run it in a thread).
 
     Returns:
@@ -39,9 +38,13 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
     from abx_plugins.plugins.base.utils import load_required_binary
 
     record = {
-        "name": request.name, "binproviders": request.binproviders, "min_version": request.min_version,
-        "max_version": request.max_version, "overrides": request.overrides,
-        "min_release_age": request.min_release_age, "postinstall_scripts": request.postinstall_scripts,
+        "name": request.name,
+        "binproviders": request.binproviders,
+        "min_version": request.min_version,
+        "max_version": request.max_version,
+        "overrides": request.overrides,
+        "min_release_age": request.min_release_age,
+        "postinstall_scripts": request.postinstall_scripts,
     }
     environ = {**os.environ, "ABXPKG_LIB_DIR": str(lib_dir)}
     config = {"ABXPKG_LIB_DIR": str(lib_dir)}
@@ -54,23 +57,37 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
         listed = [p.strip() for p in request.binproviders.split(",") if p.strip()]
         allowed = [p for p in listed if p in install_providers]
         if not allowed:
-            return BinaryReply(ok=False, error=(
-                f"{request.name} not found on this machine (looked via {', '.join(listed)}); "
-                f"installing it needs one of {', '.join(p for p in listed if p != 'env') or 'a host package'}, "
-                f"not allowed by BINARY_INSTALL_PROVIDERS={','.join(install_providers)}"
-                + (f" ({load_error[:300]})" if load_error else "")))
+            return BinaryReply(
+                ok=False,
+                error=(
+                    f"{request.name} not found on this machine (looked via {', '.join(listed)}); "
+                    f"installing it needs one of {', '.join(p for p in listed if p != 'env') or 'a host package'}, "
+                    f"not allowed by BINARY_INSTALL_PROVIDERS={','.join(install_providers)}"
+                    + (f" ({load_error[:300]})" if load_error else "")
+                ),
+            )
         log.info("installing %s via %s", request.name, ",".join(allowed))
         try:
-            binary = load_required_binary({**record, "binproviders": ",".join(allowed)}, config=config,
-                                          environ=environ, install=True)
+            binary = load_required_binary(
+                {**record, "binproviders": ",".join(allowed)}, config=config, environ=environ, install=True
+            )
         except Exception as exc:
-            return BinaryReply(ok=False, error=f"installing {request.name} via {','.join(allowed)} failed: {exc}"[:2000])
+            return BinaryReply(
+                ok=False, error=f"installing {request.name} via {','.join(allowed)} failed: {exc}"[:2000]
+            )
     abspath = str(binary.loaded_abspath or binary.abspath)
-    return BinaryReply(ok=True, binary=BinaryRecord(
-        name=request.name, abspath=abspath, version=str(binary.loaded_version or ""),
-        sha256=str(binary.loaded_sha256 or ""), binprovider=getattr(binary.loaded_binprovider, "name", ""),
-        machine=machine, bin_dirs=[str(Path(abspath).parent)],
-    ))
+    return BinaryReply(
+        ok=True,
+        binary=BinaryRecord(
+            name=request.name,
+            abspath=abspath,
+            version=str(binary.loaded_version or ""),
+            sha256=str(binary.loaded_sha256 or ""),
+            binprovider=getattr(binary.loaded_binprovider, "name", ""),
+            machine=machine,
+            bin_dirs=[str(Path(abspath).parent)],
+        ),
+    )
 
 
 class BinaryResolver:
@@ -91,8 +108,11 @@ class BinaryResolver:
         await bus.ensure_streams(self.js)
         self.settings.lib_dir.mkdir(parents=True, exist_ok=True)
         await nc.subscribe(bus.SUBJECT_BINARY_RESOLVE, queue="binary-resolver", cb=self._on_request)
-        log.info("binary-resolver ready (lib %s, installs via %s)", self.settings.lib_dir,
-                 ",".join(self.settings.binary_install_providers))
+        log.info(
+            "binary-resolver ready (lib %s, installs via %s)",
+            self.settings.lib_dir,
+            ",".join(self.settings.binary_install_providers),
+        )
         await self._stop.wait()
         await nc.close()
 
@@ -107,16 +127,27 @@ class BinaryResolver:
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             await msg.respond(encode(BinaryReply(ok=False, error=f"bad request: {exc}")))
             return
-        with tracer.start_as_current_span(f"resolve {request.name}", context=telemetry.context_from(bus.headers_of(msg))):
+        with tracer.start_as_current_span(
+            f"resolve {request.name}", context=telemetry.context_from(bus.headers_of(msg))
+        ):
             lock = self._locks.setdefault(request.name, asyncio.Lock())
             async with lock:  # one install of a name at a time; later callers then just load it
-                reply = await asyncio.to_thread(resolve_binary, request, self.settings.lib_dir,
-                                                self.settings.binary_install_providers, self.settings.machine_name)
+                reply = await asyncio.to_thread(
+                    resolve_binary,
+                    request,
+                    self.settings.lib_dir,
+                    self.settings.binary_install_providers,
+                    self.settings.machine_name,
+                )
             if reply.ok and reply.binary:
                 b = reply.binary
                 try:
-                    await bus.publish(self.js, bus.SUBJECT_BINARY_RESOLVED, b,
-                                      msg_id=f"binary.{b.machine}.{b.name}.{b.sha256 or b.abspath}")
+                    await bus.publish(
+                        self.js,
+                        bus.SUBJECT_BINARY_RESOLVED,
+                        b,
+                        msg_id=f"binary.{b.machine}.{b.name}.{b.sha256 or b.abspath}",
+                    )
                 except Exception as exc:  # the answer matters more than the projection
                     log.warning("could not publish binary event for %s: %s", b.name, exc)
             else:

@@ -53,8 +53,9 @@ def due_crawls(s: Session, now: datetime, limit: int = 50) -> list[tuple[str, st
     return [tuple(r) for r in rows]
 
 
-def claim_queued_crawl(s: Session, crawl_id: str, seen_retry_at: datetime, now: datetime,
-                       lease: timedelta) -> Crawl | None:
+def claim_queued_crawl(
+    s: Session, crawl_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta
+) -> Crawl | None:
     """``queued → started`` with a lease; None when another runner got there first."""
     claimed = s.execute(
         update(Crawl)
@@ -64,14 +65,16 @@ def claim_queued_crawl(s: Session, crawl_id: str, seen_retry_at: datetime, now: 
     return s.get(Crawl, crawl_id, populate_existing=True) if claimed == 1 else None
 
 
-def claim_started_crawl(s: Session, crawl_id: str, seen_retry_at: datetime, now: datetime,
-                        lease: timedelta) -> bool:
+def claim_started_crawl(s: Session, crawl_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta) -> bool:
     """Extend the lease of a due started crawl (its periodic seal check); False if not ours."""
-    return s.execute(
-        update(Crawl)
-        .where(Crawl.id == crawl_id, Crawl.status == STARTED, Crawl.retry_at == seen_retry_at)
-        .values(retry_at=now + lease, modified_at=now)
-    ).rowcount == 1
+    return (
+        s.execute(
+            update(Crawl)
+            .where(Crawl.id == crawl_id, Crawl.status == STARTED, Crawl.retry_at == seen_retry_at)
+            .values(retry_at=now + lease, modified_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 def seal_crawl_if_done(s: Session, crawl_id: str, now: datetime) -> bool:
@@ -86,15 +89,20 @@ def seal_crawl_if_done(s: Session, crawl_id: str, now: datetime) -> bool:
     if locked != 1:
         return False
     open_snapshots = s.scalar(
-        select(func.count()).select_from(Snapshot)
+        select(func.count())
+        .select_from(Snapshot)
         .where(Snapshot.crawl_id == crawl_id, Snapshot.status.in_(OPEN_STATUSES))
     )
     if open_snapshots:
         return False
-    return s.execute(
-        update(Crawl).where(Crawl.id == crawl_id, Crawl.status == STARTED)
-        .values(status=SEALED, retry_at=None, modified_at=now)
-    ).rowcount == 1
+    return (
+        s.execute(
+            update(Crawl)
+            .where(Crawl.id == crawl_id, Crawl.status == STARTED)
+            .values(status=SEALED, retry_at=None, modified_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -105,16 +113,26 @@ class NewSnapshot:
 
     __slots__ = ("url", "title", "tags", "bookmarked_at")
 
-    def __init__(self, url: str, title: str | None = None, tags: Iterable[str] = (),
-                 bookmarked_at: datetime | None = None) -> None:
+    def __init__(
+        self, url: str, title: str | None = None, tags: Iterable[str] = (), bookmarked_at: datetime | None = None
+    ) -> None:
         self.url = url
         self.title = title
         self.tags = [t for t in tags if t]
         self.bookmarked_at = bookmarked_at
 
 
-def insert_snapshots(s: Session, crawl: Crawl, items: Sequence[NewSnapshot], *, depth: int,
-                     parent_id: str | None, now: datetime, user: str, max_urls: int = 0) -> list[str]:
+def insert_snapshots(
+    s: Session,
+    crawl: Crawl,
+    items: Sequence[NewSnapshot],
+    *,
+    depth: int,
+    parent_id: str | None,
+    now: datetime,
+    user: str,
+    max_urls: int = 0,
+) -> list[str]:
     """Create queued snapshots, skipping URLs the crawl already has (``UNIQUE(crawl_id, url)``).
 
     Args:
@@ -135,13 +153,26 @@ def insert_snapshots(s: Session, crawl: Crawl, items: Sequence[NewSnapshot], *, 
     for item in items:
         sid = new_id()
         bookmarked = item.bookmarked_at or now
-        rows.append({
-            "id": sid, "crawl_id": crawl.id, "url": item.url, "url_hash": url_hash(item.url),
-            "depth": depth, "parent_snapshot_id": parent_id, "title": item.title,
-            "bookmarked_at": bookmarked, "created_at": now, "modified_at": now,
-            "status": QUEUED, "retry_at": now, "stage": 0, "output_size": 0, "config": {},
-            "output_dir": snapshot_dir(user, bookmarked, item.url, sid),
-        })
+        rows.append(
+            {
+                "id": sid,
+                "crawl_id": crawl.id,
+                "url": item.url,
+                "url_hash": url_hash(item.url),
+                "depth": depth,
+                "parent_snapshot_id": parent_id,
+                "title": item.title,
+                "bookmarked_at": bookmarked,
+                "created_at": now,
+                "modified_at": now,
+                "status": QUEUED,
+                "retry_at": now,
+                "stage": 0,
+                "output_size": 0,
+                "config": {},
+                "output_dir": snapshot_dir(user, bookmarked, item.url, sid),
+            }
+        )
         tags_by_id[sid] = list(dict.fromkeys(crawl_tags + item.tags))
     insert = insert_for(s)
     s.execute(insert(Snapshot).values(rows).on_conflict_do_nothing(index_elements=["crawl_id", "url_hash"]))
@@ -158,8 +189,12 @@ def attach_tags(s: Session, tags_by_snapshot: dict[str, list[str]]) -> None:
     insert = insert_for(s)
     s.execute(insert(Tag).values([{"name": n} for n in names]).on_conflict_do_nothing(index_elements=["name"]))
     ids = dict(s.execute(select(Tag.name, Tag.id).where(Tag.name.in_(names))).all())
-    links = [{"snapshot_id": sid, "tag_id": ids[n[:100]]}
-             for sid, tag_names in tags_by_snapshot.items() for n in tag_names if n]
+    links = [
+        {"snapshot_id": sid, "tag_id": ids[n[:100]]}
+        for sid, tag_names in tags_by_snapshot.items()
+        for n in tag_names
+        if n
+    ]
     if links:
         s.execute(insert(SnapshotTag).values(links).on_conflict_do_nothing())
 
@@ -182,14 +217,16 @@ def started_counts(s: Session, crawl_ids: Iterable[str]) -> dict[str, int]:
     if not ids:
         return {}
     rows = s.execute(
-        select(Snapshot.crawl_id, func.count()).where(Snapshot.crawl_id.in_(ids), Snapshot.status == STARTED)
+        select(Snapshot.crawl_id, func.count())
+        .where(Snapshot.crawl_id.in_(ids), Snapshot.status == STARTED)
         .group_by(Snapshot.crawl_id)
     )
     return dict(rows.all())
 
 
-def claim_queued_snapshot(s: Session, snapshot_id: str, seen_retry_at: datetime, now: datetime,
-                          lease: timedelta, first_stage: int) -> Snapshot | None:
+def claim_queued_snapshot(
+    s: Session, snapshot_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta, first_stage: int
+) -> Snapshot | None:
     """``queued → started`` at ``first_stage`` with a lease; None when not ours to take."""
     claimed = s.execute(
         update(Snapshot)
@@ -220,8 +257,9 @@ def due_started_snapshots(s: Session, now: datetime, limit: int = 100) -> list[t
     return [tuple(r) for r in rows]
 
 
-def claim_started_snapshot(s: Session, snapshot_id: str, seen_retry_at: datetime, now: datetime,
-                           lease: timedelta) -> Snapshot | None:
+def claim_started_snapshot(
+    s: Session, snapshot_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta
+) -> Snapshot | None:
     """Take over an expired lease on a started snapshot; None when another replica did."""
     claimed = s.execute(
         update(Snapshot)
@@ -233,27 +271,37 @@ def claim_started_snapshot(s: Session, snapshot_id: str, seen_retry_at: datetime
 
 def move_to_stage(s: Session, snapshot: Snapshot, stage: int, now: datetime, lease: timedelta) -> bool:
     """``stage N → stage M`` on a started snapshot we hold; False if it is no longer at N."""
-    return s.execute(
-        update(Snapshot)
-        .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
-        .values(stage=stage, retry_at=now + lease, modified_at=now)
-    ).rowcount == 1
+    return (
+        s.execute(
+            update(Snapshot)
+            .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
+            .values(stage=stage, retry_at=now + lease, modified_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 def seal_snapshot(s: Session, snapshot: Snapshot, now: datetime) -> bool:
     """``started → sealed`` after the finalize stage; False if someone else sealed it."""
-    return s.execute(
-        update(Snapshot)
-        .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == FINALIZE_STAGE)
-        .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now)
-    ).rowcount == 1
+    return (
+        s.execute(
+            update(Snapshot)
+            .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == FINALIZE_STAGE)
+            .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 def snapshot_tags(s: Session, snapshot_id: str) -> list[str]:
     """Tag names of a snapshot, sorted."""
-    return sorted(s.scalars(
-        select(Tag.name).join(SnapshotTag, SnapshotTag.tag_id == Tag.id).where(SnapshotTag.snapshot_id == snapshot_id)
-    ))
+    return sorted(
+        s.scalars(
+            select(Tag.name)
+            .join(SnapshotTag, SnapshotTag.tag_id == Tag.id)
+            .where(SnapshotTag.snapshot_id == snapshot_id)
+        )
+    )
 
 
 # --------------------------------------------------------------------------- tasks
@@ -264,14 +312,27 @@ def task_id(snapshot_id: str, stage: int, family: str) -> str:
     return f"{snapshot_id}.{stage}.{family}"
 
 
-def insert_tasks(s: Session, snapshot: Snapshot, stage: int, families: dict[str, list[str]],
-                 now: datetime, kind: str = "hooks") -> list[SnapshotTask]:
+def insert_tasks(
+    s: Session, snapshot: Snapshot, stage: int, families: dict[str, list[str]], now: datetime, kind: str = "hooks"
+) -> list[SnapshotTask]:
     """Plan one task per family for ``stage`` (status ``planned``; idempotent on the task id)."""
-    rows = [{
-        "id": task_id(snapshot.id, stage, family), "snapshot_id": snapshot.id, "crawl_id": snapshot.crawl_id,
-        "stage": stage, "family": family, "kind": kind, "plugins": plugins, "status": TASK_PLANNED,
-        "attempt": 1, "created_at": now, "results": [], "error": "",
-    } for family, plugins in families.items()]
+    rows = [
+        {
+            "id": task_id(snapshot.id, stage, family),
+            "snapshot_id": snapshot.id,
+            "crawl_id": snapshot.crawl_id,
+            "stage": stage,
+            "family": family,
+            "kind": kind,
+            "plugins": plugins,
+            "status": TASK_PLANNED,
+            "attempt": 1,
+            "created_at": now,
+            "results": [],
+            "error": "",
+        }
+        for family, plugins in families.items()
+    ]
     insert = insert_for(s)
     s.execute(insert(SnapshotTask).values(rows).on_conflict_do_nothing(index_elements=["id"]))
     return list(s.scalars(select(SnapshotTask).where(SnapshotTask.id.in_([r["id"] for r in rows]))))
@@ -279,25 +340,32 @@ def insert_tasks(s: Session, snapshot: Snapshot, stage: int, families: dict[str,
 
 def complete_task(s: Session, task_id_: str, status: str, results: list, error: str, now: datetime) -> bool:
     """Record a task's outcome once; False when it was already recorded (a redelivery)."""
-    return s.execute(
-        update(SnapshotTask)
-        .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN))
-        .values(status=status, results=results, error=error, completed_at=now)
-    ).rowcount == 1
+    return (
+        s.execute(
+            update(SnapshotTask)
+            .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN))
+            .values(status=status, results=results, error=error, completed_at=now)
+        ).rowcount
+        == 1
+    )
 
 
 def open_tasks(s: Session, snapshot_id: str, stage: int) -> list[SnapshotTask]:
     """Tasks of a snapshot's stage that have not completed yet."""
-    return list(s.scalars(
-        select(SnapshotTask).where(SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.stage == stage,
-                                   SnapshotTask.status.in_(TASK_OPEN))
-    ))
+    return list(
+        s.scalars(
+            select(SnapshotTask).where(
+                SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.stage == stage, SnapshotTask.status.in_(TASK_OPEN)
+            )
+        )
+    )
 
 
 def task_results(s: Session, snapshot_id: str) -> list[dict]:
     """Every result summary the snapshot's completed hook tasks reported, in stage order."""
     tasks = s.scalars(
-        select(SnapshotTask).where(SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.kind == "hooks")
+        select(SnapshotTask)
+        .where(SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.kind == "hooks")
         .order_by(SnapshotTask.stage, SnapshotTask.family)
     )
     return [r for t in tasks for r in (t.results or [])]
@@ -308,16 +376,24 @@ def mark_dispatched(s: Session, task_ids: Iterable[str], now: datetime) -> None:
     ids = list(task_ids)
     if ids:
         s.execute(
-            update(SnapshotTask).where(SnapshotTask.id.in_(ids), SnapshotTask.status == TASK_PLANNED)
+            update(SnapshotTask)
+            .where(SnapshotTask.id.in_(ids), SnapshotTask.status == TASK_PLANNED)
             .values(status=TASK_DISPATCHED, dispatched_at=now)
         )
 
 
 def stale_planned_tasks(s: Session, older_than: datetime, limit: int = 200) -> list[SnapshotTask]:
     """Planned tasks whose publish never got acked (the runner died in between)."""
-    return list(s.scalars(
-        select(SnapshotTask).join(Snapshot, Snapshot.id == SnapshotTask.snapshot_id)
-        .where(SnapshotTask.status == TASK_PLANNED, SnapshotTask.created_at <= older_than,
-               Snapshot.status == STARTED, Snapshot.stage == SnapshotTask.stage)
-        .limit(limit)
-    ))
+    return list(
+        s.scalars(
+            select(SnapshotTask)
+            .join(Snapshot, Snapshot.id == SnapshotTask.snapshot_id)
+            .where(
+                SnapshotTask.status == TASK_PLANNED,
+                SnapshotTask.created_at <= older_than,
+                Snapshot.status == STARTED,
+                Snapshot.stage == SnapshotTask.stage,
+            )
+            .limit(limit)
+        )
+    )

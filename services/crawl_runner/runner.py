@@ -56,8 +56,13 @@ STALE_PLANNED_AFTER = timedelta(seconds=20)
 class CrawlRunner:
     """One crawl-runner replica. Any number may run against the same database and NATS."""
 
-    def __init__(self, settings: Settings, db: Database, catalog: PluginCatalog | None = None,
-                 families: FamilyTable | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        catalog: PluginCatalog | None = None,
+        families: FamilyTable | None = None,
+    ) -> None:
         self.settings = settings
         self.db = db
         self.catalog = catalog or get_catalog()
@@ -84,8 +89,11 @@ class CrawlRunner:
         dead = await bus.pull(self.js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER)
         log.info("crawl-runner %s ready", self.runner_id)
         try:
-            await asyncio.gather(self._poll_loop(), self._consume(completions, self._on_completed),
-                                 self._consume(dead, self._on_dead_task))
+            await asyncio.gather(
+                self._poll_loop(),
+                self._consume(completions, self._on_completed),
+                self._consume(dead, self._on_dead_task),
+            )
         finally:
             await nc.close()
 
@@ -129,8 +137,13 @@ class CrawlRunner:
 
     async def tick(self) -> None:
         """One pass over every kind of due row (also what tests call to step the runner)."""
-        for step in (self._start_due_crawls, self._start_due_snapshots, self._recover_expired_snapshots,
-                     self._check_due_crawls, self._republish_planned):
+        for step in (
+            self._start_due_crawls,
+            self._start_due_snapshots,
+            self._recover_expired_snapshots,
+            self._check_due_crawls,
+            self._republish_planned,
+        ):
             out = await asyncio.to_thread(step)
             await self._publish(out)
 
@@ -160,15 +173,29 @@ class CrawlRunner:
                 crawl = q.claim_queued_crawl(s, crawl_id, seen, now, self.crawl_lease)
                 if crawl is None:
                     continue
-                with tracer.start_as_current_span("crawl.start", context=telemetry.context_from(crawl.trace_context)) as span:
+                with tracer.start_as_current_span(
+                    "crawl.start", context=telemetry.context_from(crawl.trace_context)
+                ) as span:
                     span.set_attribute("boxcar.crawl_id", crawl.id)
                     seeds = self._seed_snapshots(crawl)
-                    created = q.insert_snapshots(s, crawl, seeds, depth=0, parent_id=None, now=now,
-                                                 user=crawl.created_by, max_urls=self._max_urls(crawl))
+                    created = q.insert_snapshots(
+                        s,
+                        crawl,
+                        seeds,
+                        depth=0,
+                        parent_id=None,
+                        now=now,
+                        user=crawl.created_by,
+                        max_urls=self._max_urls(crawl),
+                    )
                     span.set_attribute("boxcar.snapshots", len(created))
-                    out.append(bus.Outgoing.make("events.crawl.started",
-                                                 CrawlEvent(crawl_id=crawl.id, status="started", at=now),
-                                                 f"crawl.{crawl.id}.started"))
+                    out.append(
+                        bus.Outgoing.make(
+                            "events.crawl.started",
+                            CrawlEvent(crawl_id=crawl.id, status="started", at=now),
+                            f"crawl.{crawl.id}.started",
+                        )
+                    )
                     if not created and q.seal_crawl_if_done(s, crawl.id, now):
                         out.append(self._crawl_sealed(crawl.id, now))
             log.info("crawl %s started", crawl_id)
@@ -183,10 +210,14 @@ class CrawlRunner:
                 log.warning("crawl %s: skipping invalid seed %r", crawl.id, seed)
                 continue
             bookmarked = seed.get("bookmarked_at")
-            items.append(q.NewSnapshot(
-                url, seed.get("title"), seed.get("tags") or [],
-                datetime.fromisoformat(bookmarked) if bookmarked else None,
-            ))
+            items.append(
+                q.NewSnapshot(
+                    url,
+                    seed.get("title"),
+                    seed.get("tags") or [],
+                    datetime.fromisoformat(bookmarked) if bookmarked else None,
+                )
+            )
         return items
 
     def _max_urls(self, crawl: Crawl) -> int:
@@ -215,7 +246,9 @@ class CrawlRunner:
                 if snap is None:
                     continue
                 running[crawl_id] = running.get(crawl_id, 0) + 1
-                with tracer.start_as_current_span("snapshot.start", context=telemetry.context_from(crawl.trace_context)) as span:
+                with tracer.start_as_current_span(
+                    "snapshot.start", context=telemetry.context_from(crawl.trace_context)
+                ) as span:
                     span.set_attribute("boxcar.snapshot_id", snap.id)
                     span.set_attribute("url.full", snap.url)
                     out.append(self._snapshot_event(snap, "started", now))
@@ -228,8 +261,14 @@ class CrawlRunner:
         A soft limit: two replicas claiming at the same instant may start one snapshot more.
         """
         try:
-            return max(1, int((crawl.config or {}).get("CRAWL_MAX_CONCURRENT_SNAPSHOTS",
-                                                      self.settings.crawl_max_concurrent_snapshots)))
+            return max(
+                1,
+                int(
+                    (crawl.config or {}).get(
+                        "CRAWL_MAX_CONCURRENT_SNAPSHOTS", self.settings.crawl_max_concurrent_snapshots
+                    )
+                ),
+            )
         except ValueError:
             return self.settings.crawl_max_concurrent_snapshots
 
@@ -247,7 +286,9 @@ class CrawlRunner:
                 if not q.open_tasks(s, snap.id, snap.stage):
                     crawl = s.get(Crawl, snap.crawl_id)
                     log.info("snapshot %s: stage %s complete on lease expiry; advancing", snap.id, snap.stage)
-                    with tracer.start_as_current_span("snapshot.recover", context=telemetry.context_from(crawl.trace_context)):
+                    with tracer.start_as_current_span(
+                        "snapshot.recover", context=telemetry.context_from(crawl.trace_context)
+                    ):
                         out.extend(self._advance(s, crawl, snap, now))
         return out
 
@@ -259,8 +300,9 @@ class CrawlRunner:
             due = [d for d in q.due_crawls(s, now) if d[1] == "started"]
         for crawl_id, _, seen in due:
             with self.db.write() as s:
-                if q.claim_started_crawl(s, crawl_id, seen, now, self.crawl_lease) and \
-                        q.seal_crawl_if_done(s, crawl_id, now):
+                if q.claim_started_crawl(s, crawl_id, seen, now, self.crawl_lease) and q.seal_crawl_if_done(
+                    s, crawl_id, now
+                ):
                     out.append(self._crawl_sealed(crawl_id, now))
         return out
 
@@ -273,7 +315,9 @@ class CrawlRunner:
                 snap = s.get(Snapshot, task.snapshot_id)
                 crawl = s.get(Crawl, task.crawl_id)
                 log.info("re-publishing planned task %s", task.id)
-                with tracer.start_as_current_span("task.republish", context=telemetry.context_from(crawl.trace_context)):
+                with tracer.start_as_current_span(
+                    "task.republish", context=telemetry.context_from(crawl.trace_context)
+                ):
                     out.append(self._task_message(s, crawl, snap, task))
         return out
 
@@ -285,7 +329,9 @@ class CrawlRunner:
         except msgspec.ValidationError as exc:
             log.error("dropping malformed task completion on %s: %s", msg.subject, exc)
             return
-        with tracer.start_as_current_span("task.completed", context=telemetry.context_from(bus.headers_of(msg))) as span:
+        with tracer.start_as_current_span(
+            "task.completed", context=telemetry.context_from(bus.headers_of(msg))
+        ) as span:
             span.set_attribute("boxcar.task_id", event.task_id)
             out = await asyncio.to_thread(self.record_completion, event)
             await self._publish(out)
@@ -302,9 +348,16 @@ class CrawlRunner:
         task = decode(raw.data, HookTask)
         deliveries = advisory.get("deliveries")
         log.warning("task %s gave up after %s deliveries", task.task_id, deliveries)
-        event = TaskCompleted(task_id=task.task_id, crawl_id=task.crawl_id, snapshot_id=task.snapshot_id,
-                              stage=task.stage, family=task.family, kind=task.kind, status="failed",
-                              error=f"task failed {deliveries} deliveries (executor crashed or timed out)")
+        event = TaskCompleted(
+            task_id=task.task_id,
+            crawl_id=task.crawl_id,
+            snapshot_id=task.snapshot_id,
+            stage=task.stage,
+            family=task.family,
+            kind=task.kind,
+            status="failed",
+            error=f"task failed {deliveries} deliveries (executor crashed or timed out)",
+        )
         out = await asyncio.to_thread(self.record_completion, event)
         await self._publish(out)
         try:
@@ -347,8 +400,16 @@ class CrawlRunner:
                 continue
             seen.add(url)
             items.append(q.NewSnapshot(url, found.title, found.tags, found.bookmarked_at))
-        created = q.insert_snapshots(s, crawl, items, depth=snap.depth + 1, parent_id=snap.id, now=now,
-                                     user=crawl.created_by, max_urls=self._max_urls(crawl))
+        created = q.insert_snapshots(
+            s,
+            crawl,
+            items,
+            depth=snap.depth + 1,
+            parent_id=snap.id,
+            now=now,
+            user=crawl.created_by,
+            max_urls=self._max_urls(crawl),
+        )
         if created:
             log.info("snapshot %s discovered %d new URLs", snap.id, len(created))
             self._wake.set()
@@ -372,37 +433,55 @@ class CrawlRunner:
 
     # ------------------------------------------------------------------ messages
 
-    def _dispatch_stage(self, s, crawl: Crawl, snap: Snapshot, plan: Plan, stage: int,
-                        now: datetime) -> list[bus.Outgoing]:
+    def _dispatch_stage(
+        self, s, crawl: Crawl, snap: Snapshot, plan: Plan, stage: int, now: datetime
+    ) -> list[bus.Outgoing]:
         kind = "finalize" if stage == FINALIZE_STAGE else "hooks"
         tasks = q.insert_tasks(s, snap, stage, plan.families(stage), now, kind=kind)
         return [self._task_message(s, crawl, snap, t) for t in tasks]
 
     def _task_message(self, s, crawl: Crawl, snap: Snapshot, task: SnapshotTask) -> bus.Outgoing:
         msg = HookTask(
-            task_id=task.id, kind=task.kind, crawl_id=crawl.id, snapshot_id=snap.id, url=snap.url,
-            depth=snap.depth, stage=task.stage, family=task.family, plugins=list(task.plugins or []),
-            config={k: str(v) for k, v in (crawl.config or {}).items()}, snap_dir=snap.output_dir,
-            crawl_dir=crawl.output_dir, attempt=task.attempt,
+            task_id=task.id,
+            kind=task.kind,
+            crawl_id=crawl.id,
+            snapshot_id=snap.id,
+            url=snap.url,
+            depth=snap.depth,
+            stage=task.stage,
+            family=task.family,
+            plugins=list(task.plugins or []),
+            config={k: str(v) for k, v in (crawl.config or {}).items()},
+            snap_dir=snap.output_dir,
+            crawl_dir=crawl.output_dir,
+            attempt=task.attempt,
         )
         if task.kind == "finalize":
             msg.snapshot = SnapshotInfo(
-                id=snap.id, crawl_id=crawl.id, url=snap.url, depth=snap.depth,
-                parent_snapshot_id=snap.parent_snapshot_id, title=snap.title, tags=q.snapshot_tags(s, snap.id),
-                bookmarked_at=snap.bookmarked_at, created_at=snap.created_at,
+                id=snap.id,
+                crawl_id=crawl.id,
+                url=snap.url,
+                depth=snap.depth,
+                parent_snapshot_id=snap.parent_snapshot_id,
+                title=snap.title,
+                tags=q.snapshot_tags(s, snap.id),
+                bookmarked_at=snap.bookmarked_at,
+                created_at=snap.created_at,
             )
             msg.results = msgspec.convert(q.task_results(s, snap.id), list[ResultSummary])
         return bus.Outgoing.make(bus.task_subject(task.family), msg, f"{task.id}.{task.attempt}")
 
     def _snapshot_event(self, snap: Snapshot, status: str, now: datetime) -> bus.Outgoing:
-        event = SnapshotEvent(snapshot_id=snap.id, crawl_id=snap.crawl_id, status=status, stage=snap.stage,
-                              runner=self.runner_id, at=now)
+        event = SnapshotEvent(
+            snapshot_id=snap.id, crawl_id=snap.crawl_id, status=status, stage=snap.stage, runner=self.runner_id, at=now
+        )
         return bus.Outgoing.make(f"events.snapshot.{status}", event, f"snapshot.{snap.id}.{status}")
 
     def _crawl_sealed(self, crawl_id: str, now: datetime) -> bus.Outgoing:
         log.info("crawl %s sealed", crawl_id)
-        return bus.Outgoing.make("events.crawl.sealed", CrawlEvent(crawl_id=crawl_id, status="sealed", at=now),
-                                 f"crawl.{crawl_id}.sealed")
+        return bus.Outgoing.make(
+            "events.crawl.sealed", CrawlEvent(crawl_id=crawl_id, status="sealed", at=now), f"crawl.{crawl_id}.sealed"
+        )
 
     def _plan(self, crawl: Crawl) -> Plan:
         plan = self._plans.get(crawl.id)

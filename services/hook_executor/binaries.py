@@ -114,7 +114,6 @@ class BinaryClient:
             self._cache[key] = (time.monotonic(), reason)
             raise BinaryUnavailable(reason)
 
-
     async def _request(self, request: BinaryRequest):
         """Ask a resolver; while none is up (e.g. still starting), keep asking until the timeout."""
         deadline = time.monotonic() + self.timeout
@@ -124,8 +123,9 @@ class BinaryClient:
             if remaining <= 0:
                 raise ResolverUnreachable(f"no binary-resolver answered within {self.timeout:.0f}s")
             try:
-                return await self.nc.request(bus.SUBJECT_BINARY_RESOLVE, encode(request),
-                                             timeout=remaining, headers=bus.trace_headers())
+                return await self.nc.request(
+                    bus.SUBJECT_BINARY_RESOLVE, encode(request), timeout=remaining, headers=bus.trace_headers()
+                )
             except NoRespondersError:
                 log.info("no binary-resolver yet for %s; retrying in %.1fs", request.name, delay)
                 await asyncio.sleep(min(delay, max(0.0, remaining)))

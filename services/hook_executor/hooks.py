@@ -34,8 +34,15 @@ EXIT_SKIPPED = 10
 mimetypes.add_type("application/warc", ".warc")  # so x.warc.gz is application/warc (gzip-encoded)
 STREAM_LIMIT = 16 * 1024 * 1024  # longest stdout line we accept (a record with big output_json)
 TAIL_BYTES = 64 * 1024  # stdout/stderr kept on the Process record
-_STATUS_ALIASES = {"success": "succeeded", "succeded": "succeeded", "noresult": "noresults",
-                   "no_results": "noresults", "skip": "skipped", "failure": "failed", "error": "failed"}
+_STATUS_ALIASES = {
+    "success": "succeeded",
+    "succeded": "succeeded",
+    "noresult": "noresults",
+    "no_results": "noresults",
+    "skip": "skipped",
+    "failure": "failed",
+    "error": "failed",
+}
 _FINAL = ("succeeded", "failed", "skipped", "noresults")
 _PR_SET_PDEATHSIG = 1
 
@@ -88,8 +95,17 @@ class HookProcess:
         timeout: the plugin's timeout in seconds; the hook is killed at ``timeout + margin``.
     """
 
-    def __init__(self, hook: Hook, cmd: list[str], plugin_dir: Path, env: Mapping[str, str], timeout: int,
-                 *, margin: float = 10.0, kill_grace: float = 5.0) -> None:
+    def __init__(
+        self,
+        hook: Hook,
+        cmd: list[str],
+        plugin_dir: Path,
+        env: Mapping[str, str],
+        timeout: int,
+        *,
+        margin: float = 10.0,
+        kill_grace: float = 5.0,
+    ) -> None:
         self.hook = hook
         self.cmd = cmd
         self.plugin_dir = plugin_dir
@@ -118,9 +134,14 @@ class HookProcess:
         self.started_at = utcnow()
         self._deadline = asyncio.get_running_loop().time() + self.timeout + self.margin
         self.proc = await asyncio.create_subprocess_exec(
-            *self.cmd, cwd=self.plugin_dir, env=self.env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with_parent, limit=STREAM_LIMIT,
+            *self.cmd,
+            cwd=self.plugin_dir,
+            env=self.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_parent,
+            limit=STREAM_LIMIT,
         )
         self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
 
@@ -247,21 +268,41 @@ class HookProcess:
         for f in files.values():
             by_type[f.mimetype] = by_type.get(f.mimetype, 0) + f.size
         return ArchiveResultRecord(
-            id=new_id(), snapshot_id=snapshot_id, crawl_id=crawl_id, plugin=self.hook.plugin,
-            hook_name=self.hook.name, status=status, output_str=output_str[:10000],
-            output_json=(record or {}).get("output_json"), output_files=files,
+            id=new_id(),
+            snapshot_id=snapshot_id,
+            crawl_id=crawl_id,
+            plugin=self.hook.plugin,
+            hook_name=self.hook.name,
+            status=status,
+            output_str=output_str[:10000],
+            output_json=(record or {}).get("output_json"),
+            output_files=files,
             output_size=sum(f.size for f in files.values()),
             output_mimetypes=",".join(m for m, _ in sorted(by_type.items(), key=lambda kv: -kv[1]) if m)[:512],
-            start_ts=self.started_at, end_ts=self.ended_at, notes=notes[:10000], process_id=self.process_id,
+            start_ts=self.started_at,
+            end_ts=self.ended_at,
+            notes=notes[:10000],
+            process_id=self.process_id,
         )
 
     def process_record(self, snapshot_id: str, crawl_id: str, machine: str) -> ProcessRecord:
         return ProcessRecord(
-            id=self.process_id, snapshot_id=snapshot_id, crawl_id=crawl_id, plugin=self.hook.plugin,
-            hook_name=self.hook.name, cmd=self.cmd, pwd=str(self.plugin_dir), pid=self.pid,
-            exit_code=-1 if self.timed_out else self.exit_code, stdout="\n".join(self._stdout_tail),
-            stderr=self.stderr_tail(TAIL_BYTES), started_at=self.started_at, ended_at=self.ended_at,
-            timeout=self.timeout, machine=machine, status="exited",
+            id=self.process_id,
+            snapshot_id=snapshot_id,
+            crawl_id=crawl_id,
+            plugin=self.hook.plugin,
+            hook_name=self.hook.name,
+            cmd=self.cmd,
+            pwd=str(self.plugin_dir),
+            pid=self.pid,
+            exit_code=-1 if self.timed_out else self.exit_code,
+            stdout="\n".join(self._stdout_tail),
+            stderr=self.stderr_tail(TAIL_BYTES),
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            timeout=self.timeout,
+            machine=machine,
+            status="exited",
         )
 
     def stderr_tail(self, limit: int) -> str:
@@ -271,7 +312,8 @@ class HookProcess:
         after = scan_files(self.plugin_dir)
         return {
             rel: OutputFile(size=meta[0], mimetype=mimetypes.guess_type(rel)[0] or "application/octet-stream")
-            for rel, meta in sorted(after.items()) if self._files_before.get(rel) != meta
+            for rel, meta in sorted(after.items())
+            if self._files_before.get(rel) != meta
         }
 
     def discovered(self) -> list[DiscoveredURL]:
@@ -291,9 +333,15 @@ class HookProcess:
             if bookmarked_at is not None and bookmarked_at.tzinfo is None:
                 bookmarked_at = None
             title = r.get("title")
-            out.append(DiscoveredURL(url=r["url"], title=title if isinstance(title, str) and title else None,
-                                     tags=[str(t) for t in tags if t], bookmarked_at=bookmarked_at,
-                                     plugin=self.hook.plugin))
+            out.append(
+                DiscoveredURL(
+                    url=r["url"],
+                    title=title if isinstance(title, str) and title else None,
+                    tags=[str(t) for t in tags if t],
+                    bookmarked_at=bookmarked_at,
+                    plugin=self.hook.plugin,
+                )
+            )
         return out
 
     def tags(self) -> list[str]:

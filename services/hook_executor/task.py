@@ -51,8 +51,9 @@ class TaskExecutor:
         binaries: resolver client for ``required_binaries``.
     """
 
-    def __init__(self, settings: Settings, js: JetStreamContext, catalog: PluginCatalog,
-                 binaries: BinaryClient) -> None:
+    def __init__(
+        self, settings: Settings, js: JetStreamContext, catalog: PluginCatalog, binaries: BinaryClient
+    ) -> None:
         self.settings = settings
         self.js = js
         self.catalog = catalog
@@ -73,8 +74,13 @@ class TaskExecutor:
         environ = {**_public_environ(), **task.config}
         resolved = self.catalog.resolve_config(task.plugins, environ)
         base_env = {**environ, **self.catalog.hook_env(task.plugins, resolved), **self._paths(task, snap_dir, tmp_dir)}
-        completed = TaskCompleted(task_id=task.task_id, crawl_id=task.crawl_id, snapshot_id=task.snapshot_id,
-                                  stage=task.stage, family=task.family)
+        completed = TaskCompleted(
+            task_id=task.task_id,
+            crawl_id=task.crawl_id,
+            snapshot_id=task.snapshot_id,
+            stage=task.stage,
+            family=task.family,
+        )
         background: list[HookProcess] = []
         try:
             for hook in self.catalog.snapshot_hooks(task.plugins):
@@ -82,8 +88,12 @@ class TaskExecutor:
                 if plugin.waits_for_background and background:
                     await self._stop_background(task, background, completed)
                 try:
-                    binary_env = await self.binaries.env_for(hook.plugin, self.catalog.required_binaries(
-                        hook.plugin, {**resolved.get("base", {}), **resolved.get(hook.plugin, {})}))
+                    binary_env = await self.binaries.env_for(
+                        hook.plugin,
+                        self.catalog.required_binaries(
+                            hook.plugin, {**resolved.get("base", {}), **resolved.get(hook.plugin, {})}
+                        ),
+                    )
                 except BinaryUnavailable as exc:
                     await self._report_unavailable(task, hook, str(exc), completed)
                     continue
@@ -116,25 +126,44 @@ class TaskExecutor:
         lib = self.settings.lib_dir
         path = os.pathsep.join([str(Path(sys.executable).parent), str(lib / "env" / "bin"), os.environ.get("PATH", "")])
         return {
-            "SNAP_DIR": str(snap_dir), "CRAWL_DIR": str(crawl_dir), "DATA_DIR": str(data), "TMP_DIR": str(tmp_dir),
-            "ABXPKG_LIB_DIR": str(lib), "PATH": path, "PYTHON3_BINARY": sys.executable,
+            "SNAP_DIR": str(snap_dir),
+            "CRAWL_DIR": str(crawl_dir),
+            "DATA_DIR": str(data),
+            "TMP_DIR": str(tmp_dir),
+            "ABXPKG_LIB_DIR": str(lib),
+            "PATH": path,
+            "PYTHON3_BINARY": sys.executable,
         }
 
-    def _process(self, task: HookTask, hook: Hook, snap_dir: Path, base_env: dict[str, str],
-                 binary_env: dict[str, str], resolved: dict) -> HookProcess:
+    def _process(
+        self,
+        task: HookTask,
+        hook: Hook,
+        snap_dir: Path,
+        base_env: dict[str, str],
+        binary_env: dict[str, str],
+        resolved: dict,
+    ) -> HookProcess:
         env = dict(base_env)
         prepend = binary_env.pop("PATH_PREPEND", "")
         env.update(binary_env)
         if prepend:
             env["PATH"] = prepend + os.pathsep + env["PATH"]
-        env["EXTRA_CONTEXT"] = json.dumps({"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id,
-                                           "plugin": hook.plugin, "hook_name": hook.name})
+        env["EXTRA_CONTEXT"] = json.dumps(
+            {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id, "plugin": hook.plugin, "hook_name": hook.name}
+        )
         # W3C context for hooks, as the OpenTelemetry environment-carrier convention spells it.
         env.update({k.upper(): v for k, v in telemetry.current_carrier().items()})
         section = resolved.get(hook.plugin, {})
         timeout = int(section.get(f"{hook.plugin.upper()}_TIMEOUT") or resolved.get("base", {}).get("TIMEOUT") or 60)
         interpreter = sys.executable if hook.language == "python" else env.get("NODE_BINARY", "node")
-        cmd = [interpreter, hook.path, f"--url={task.url}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
+        cmd = [
+            interpreter,
+            hook.path,
+            f"--url={task.url}",
+            f"--snapshot-id={task.snapshot_id}",
+            f"--depth={task.depth}",
+        ]
         return HookProcess(hook, cmd, snap_dir / hook.plugin, env, timeout, kill_grace=self.settings.hook_kill_grace)
 
     async def _stop_background(self, task: HookTask, background: list[HookProcess], completed: TaskCompleted) -> None:
@@ -144,8 +173,9 @@ class TaskExecutor:
             await self._report(task, proc, completed)
 
     async def _kill_all(self) -> None:
-        await asyncio.gather(*(p.kill() for p in list(self.running) if p.proc and p.proc.returncode is None),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(p.kill() for p in list(self.running) if p.proc and p.proc.returncode is None), return_exceptions=True
+        )
 
     async def _report(self, task: HookTask, proc: HookProcess, completed: TaskCompleted) -> None:
         self.running.discard(proc)
@@ -155,23 +185,49 @@ class TaskExecutor:
         await self._publish_result(result, completed)
         completed.discovered.extend(proc.discovered())
         completed.tags.extend(t for t in proc.tags() if t not in completed.tags)
-        log.info("%s %s %s: %s %s", task.snapshot_id, proc.hook.name, result.status, result.output_str[:80], result.notes[:200])
+        log.info(
+            "%s %s %s: %s %s",
+            task.snapshot_id,
+            proc.hook.name,
+            result.status,
+            result.output_str[:80],
+            result.notes[:200],
+        )
 
     async def _report_unavailable(self, task: HookTask, hook: Hook, reason: str, completed: TaskCompleted) -> None:
         now = utcnow()
-        result = ArchiveResultRecord(id=new_id(), snapshot_id=task.snapshot_id, crawl_id=task.crawl_id,
-                                     plugin=hook.plugin, hook_name=hook.name, status="failed", notes=reason,
-                                     output_str=reason[:500], start_ts=now, end_ts=now)
+        result = ArchiveResultRecord(
+            id=new_id(),
+            snapshot_id=task.snapshot_id,
+            crawl_id=task.crawl_id,
+            plugin=hook.plugin,
+            hook_name=hook.name,
+            status="failed",
+            notes=reason,
+            output_str=reason[:500],
+            start_ts=now,
+            end_ts=now,
+        )
         await self._publish_result(result, completed)
         log.warning("%s %s failed: %s", task.snapshot_id, hook.name, reason)
 
     async def _publish_result(self, result: ArchiveResultRecord, completed: TaskCompleted) -> None:
         await bus.publish(self.js, bus.SUBJECT_ARCHIVERESULT, result, msg_id=f"archiveresult.{result.id}")
-        completed.results.append(ResultSummary(
-            id=result.id, plugin=result.plugin, hook_name=result.hook_name, status=result.status,
-            output_str=result.output_str, output_json=result.output_json, output_files=result.output_files,
-            output_size=result.output_size, start_ts=result.start_ts, end_ts=result.end_ts, notes=result.notes,
-        ))
+        completed.results.append(
+            ResultSummary(
+                id=result.id,
+                plugin=result.plugin,
+                hook_name=result.hook_name,
+                status=result.status,
+                output_str=result.output_str,
+                output_json=result.output_json,
+                output_files=result.output_files,
+                output_size=result.output_size,
+                start_ts=result.start_ts,
+                end_ts=result.end_ts,
+                notes=result.notes,
+            )
+        )
 
     # ------------------------------------------------------------------ finalize
 
@@ -181,14 +237,21 @@ class TaskExecutor:
         snap_dir = self.settings.data_dir / task.snap_dir
         snap_dir.mkdir(parents=True, exist_ok=True)
         lines = [{"type": "Snapshot", **msgspec.to_builtins(task.snapshot)}] if task.snapshot else []
-        lines += [{"type": "ArchiveResult", "snapshot_id": task.snapshot_id, **msgspec.to_builtins(r)}
-                  for r in task.results]
+        lines += [
+            {"type": "ArchiveResult", "snapshot_id": task.snapshot_id, **msgspec.to_builtins(r)} for r in task.results
+        ]
         write_atomic(snap_dir / "index.jsonl", "".join(json.dumps(line) + "\n" for line in lines).encode())
         for child in snap_dir.iterdir():
             if child.is_dir() and not any(child.iterdir()):
                 child.rmdir()
-        return TaskCompleted(task_id=task.task_id, crawl_id=task.crawl_id, snapshot_id=task.snapshot_id,
-                             stage=task.stage, family=task.family, kind="finalize")
+        return TaskCompleted(
+            task_id=task.task_id,
+            crawl_id=task.crawl_id,
+            snapshot_id=task.snapshot_id,
+            stage=task.stage,
+            family=task.family,
+            kind="finalize",
+        )
 
 
 def _public_environ() -> dict[str, str]:

@@ -34,8 +34,9 @@ class HookExecutor:
         family: the family whose ``tasks.hooks.<family>`` this process pulls.
     """
 
-    def __init__(self, settings: Settings, family: str, catalog: PluginCatalog | None = None,
-                 concurrency: int | None = None) -> None:
+    def __init__(
+        self, settings: Settings, family: str, catalog: PluginCatalog | None = None, concurrency: int | None = None
+    ) -> None:
         self.settings = settings
         self.family = family
         self.catalog = catalog or get_catalog()
@@ -53,9 +54,15 @@ class HookExecutor:
         js = nc.jetstream()
         await bus.ensure_streams(js)
         durable = bus.family_consumer(self.family)
-        await bus.ensure_consumer(js, bus.TASKS_STREAM, durable, bus.task_subject(self.family),
-                                  ack_wait=self.settings.task_ack_wait, max_deliver=self.settings.task_max_deliver,
-                                  max_ack_pending=max(64, self.concurrency * 4))
+        await bus.ensure_consumer(
+            js,
+            bus.TASKS_STREAM,
+            durable,
+            bus.task_subject(self.family),
+            ack_wait=self.settings.task_ack_wait,
+            max_deliver=self.settings.task_max_deliver,
+            max_ack_pending=max(64, self.concurrency * 4),
+        )
         sub = await bus.pull(js, bus.TASKS_STREAM, durable)
         binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
         self.executor = TaskExecutor(self.settings, js, self.catalog, binaries)
@@ -109,7 +116,9 @@ class HookExecutor:
             return
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         try:
-            with tracer.start_as_current_span(f"task {task.family}", context=telemetry.context_from(bus.headers_of(msg))) as span:
+            with tracer.start_as_current_span(
+                f"task {task.family}", context=telemetry.context_from(bus.headers_of(msg))
+            ) as span:
                 span.set_attribute("boxcar.task_id", task.task_id)
                 span.set_attribute("url.full", task.url)
                 try:
@@ -123,15 +132,28 @@ class HookExecutor:
                     return
                 except Exception as exc:
                     if msg.metadata.num_delivered < self.settings.task_max_deliver:
-                        log.exception("task %s failed (delivery %d); will retry", task.task_id, msg.metadata.num_delivered)
+                        log.exception(
+                            "task %s failed (delivery %d); will retry", task.task_id, msg.metadata.num_delivered
+                        )
                         await msg.nak(delay=5 * msg.metadata.num_delivered)
                         return
                     log.exception("task %s failed on its last delivery", task.task_id)
-                    completed = TaskCompleted(task_id=task.task_id, crawl_id=task.crawl_id, snapshot_id=task.snapshot_id,
-                                              stage=task.stage, family=task.family, kind=task.kind, status="failed",
-                                              error=f"{type(exc).__name__}: {exc}"[:2000])
-                await bus.publish(self.js, bus.task_completed_subject(task.family), completed,
-                                  msg_id=f"{task.task_id}.{task.attempt}.completed")
+                    completed = TaskCompleted(
+                        task_id=task.task_id,
+                        crawl_id=task.crawl_id,
+                        snapshot_id=task.snapshot_id,
+                        stage=task.stage,
+                        family=task.family,
+                        kind=task.kind,
+                        status="failed",
+                        error=f"{type(exc).__name__}: {exc}"[:2000],
+                    )
+                await bus.publish(
+                    self.js,
+                    bus.task_completed_subject(task.family),
+                    completed,
+                    msg_id=f"{task.task_id}.{task.attempt}.completed",
+                )
                 await msg.ack()
         finally:
             heartbeat.cancel()

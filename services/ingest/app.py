@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from litestar import Litestar, get
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -40,18 +42,21 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     db = db or Database(settings.sqlalchemy_url)
     service = CrawlService(db, settings, get_catalog(), load_families())
 
+    async def connect_nats(app: Litestar) -> None:
+        # In the background: the API serves (and runners poll the database) while NATS is away.
+        app.state.nats = await bus.connect(settings.nats_url, "ingest")
+        log.info("connected to NATS at %s", settings.nats_url)
+
     @asynccontextmanager
     async def lifespan(app: Litestar):
         if own_db:
-            db.upgrade()
-        try:
-            app.state.nats = await bus.connect(settings.nats_url, "ingest")
-        except Exception as exc:  # the API still works; runners find new crawls by polling
-            log.warning("NATS unavailable (%s): runners will find new crawls by polling", exc)
-            app.state.nats = None
+            await anyio.to_thread.run_sync(db.upgrade)
+        app.state.nats = None
+        connecting = asyncio.create_task(connect_nats(app))
         try:
             yield
         finally:
+            connecting.cancel()
             if app.state.nats is not None:
                 await app.state.nats.close()
             if own_db:
@@ -61,7 +66,11 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
         route_handlers=[CrawlController, SnapshotController, health],
         dependencies={"crawl_service": Provide(lambda: service, sync_to_thread=False)},
         lifespan=[lifespan],
-        openapi_config=OpenAPIConfig(title="Boxcar", version="0.1.0", path="/schema",
-                                     description="Self-hosted web archiver: queue URLs, follow crawls."),
+        openapi_config=OpenAPIConfig(
+            title="Boxcar",
+            version="0.1.0",
+            path="/schema",
+            description="Self-hosted web archiver: queue URLs, follow crawls.",
+        ),
         request_max_body_size=settings.max_request_body,
     )

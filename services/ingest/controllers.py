@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import anyio.to_thread
-
 from litestar import Controller, Request, get, post
+from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_422_UNPROCESSABLE_ENTITY
 
 from boxcar.ingest.schemas import CrawlCreate, CrawlCreated, CrawlStatus, SnapshotPage
@@ -18,8 +18,7 @@ from boxcar.shared.messages import CrawlQueued, encode
 
 
 def unprocessable(exc: InputError) -> HTTPException:
-    return HTTPException(status_code=HTTP_422_UNPROCESSABLE_ENTITY, detail=str(exc),
-                         extra={"field": exc.field})
+    return HTTPException(status_code=HTTP_422_UNPROCESSABLE_ENTITY, detail=str(exc), extra={"field": exc.field})
 
 
 async def wake_runners(request: Request, crawl_id: str) -> None:
@@ -34,7 +33,9 @@ class CrawlController(Controller):
     tags = ["crawls"]
 
     @post("/", operation_id="CreateCrawl", status_code=HTTP_201_CREATED)
-    async def create_crawl(self, request: Request, data: CrawlCreate, crawl_service: CrawlService) -> CrawlCreated:
+    async def create_crawl(
+        self, request: Request, data: JSONBody[CrawlCreate], crawl_service: NamedDependency[CrawlService]
+    ) -> CrawlCreated:
         """Queue URLs for archiving.
 
         Args:
@@ -52,7 +53,7 @@ class CrawlController(Controller):
         return CrawlCreated(id=crawl.id, status=crawl.status, urls=len(crawl.seeds))
 
     @get("/{crawl_id:str}", operation_id="GetCrawl", sync_to_thread=True)
-    def get_crawl(self, crawl_id: str, crawl_service: CrawlService) -> CrawlStatus:
+    def get_crawl(self, crawl_id: FromPath[str], crawl_service: NamedDependency[CrawlService]) -> CrawlStatus:
         """A crawl's status with its snapshots and results counted by status.
 
         Returns:
@@ -72,11 +73,10 @@ class SnapshotController(Controller):
     @get("/", operation_id="ListSnapshots", sync_to_thread=True)
     def list_snapshots(
         self,
-        crawl_service: CrawlService,
-        crawl_id: Annotated[str | None, Parameter(description="only this crawl's snapshots")] = None,
-        limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Parameter(ge=0)] = 0,
+        crawl_service: NamedDependency[CrawlService],
+        crawl_id: Annotated[str | None, QueryParameter(description="only this crawl's snapshots")] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        offset: Annotated[int, QueryParameter(ge=0)] = 0,
     ) -> SnapshotPage:
         """Snapshots, oldest first, each with its ArchiveResults and tags."""
         return crawl_service.list_snapshots(crawl_id, limit, offset)
-

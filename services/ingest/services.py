@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
+from boxcar.ingest.schemas import CrawlCreate, CrawlStatus, ResultOut, SeedIn, SnapshotOut, SnapshotPage
 from boxcar.shared import storage, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import (
@@ -22,7 +23,6 @@ from boxcar.shared.ids import new_id
 from boxcar.shared.plugins import PluginCatalog
 from boxcar.shared.settings import Settings
 from boxcar.shared.urls import InvalidURL, canonicalize
-from boxcar.ingest.schemas import CrawlCreate, CrawlStatus, ResultOut, SeedIn, SnapshotOut, SnapshotPage
 
 
 class InputError(ValueError):
@@ -59,8 +59,9 @@ class CrawlService:
         unknown = [p for p in names if p not in self.catalog]
         if unknown:
             raise InputError("plugins", f"unknown plugin(s) {', '.join(unknown)}")
-        unrunnable = self.families.unknown(p for p in self.catalog.with_requirements(names)
-                                           if self.catalog[p].snapshot_hooks())
+        unrunnable = self.families.unknown(
+            p for p in self.catalog.with_requirements(names) if self.catalog[p].snapshot_hooks()
+        )
         if unrunnable:
             raise InputError("plugins", f"no executor family runs {', '.join(unrunnable)}")
         return names
@@ -93,10 +94,18 @@ class CrawlService:
         with telemetry.tracer("boxcar.ingest").start_as_current_span("crawl") as span:
             span.set_attribute("boxcar.crawl_id", crawl_id)
             crawl = Crawl(
-                id=crawl_id, created_at=now, modified_at=now, created_by=self.settings.archive_user,
-                status=QUEUED, retry_at=now, seeds=seeds, max_depth=body.max_depth,
-                tags_str=",".join(clean_tags(body.tags)), plugins=plugins,
-                config={k: str(v) for k, v in body.config.items()}, label=body.label[:256],
+                id=crawl_id,
+                created_at=now,
+                modified_at=now,
+                created_by=self.settings.archive_user,
+                status=QUEUED,
+                retry_at=now,
+                seeds=seeds,
+                max_depth=body.max_depth,
+                tags_str=",".join(clean_tags(body.tags)),
+                plugins=plugins,
+                config={k: str(v) for k, v in body.config.items()},
+                label=body.label[:256],
                 output_dir=storage.crawl_dir(self.settings.archive_user, now, seeds[0]["url"], crawl_id),
                 trace_context=telemetry.current_carrier(),
             )
@@ -110,35 +119,54 @@ class CrawlService:
             crawl = s.get(Crawl, crawl_id)
             if crawl is None:
                 return None
-            snapshots = dict(s.execute(
-                select(Snapshot.status, func.count()).where(Snapshot.crawl_id == crawl_id).group_by(Snapshot.status)
-            ).all())
-            results = dict(s.execute(
-                select(ArchiveResult.status, func.count()).join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id)
-                .where(Snapshot.crawl_id == crawl_id).group_by(ArchiveResult.status)
-            ).all())
+            snapshots = dict(
+                s.execute(
+                    select(Snapshot.status, func.count()).where(Snapshot.crawl_id == crawl_id).group_by(Snapshot.status)
+                ).all()
+            )
+            results = dict(
+                s.execute(
+                    select(ArchiveResult.status, func.count())
+                    .join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id)
+                    .where(Snapshot.crawl_id == crawl_id)
+                    .group_by(ArchiveResult.status)
+                ).all()
+            )
             pending = self._results_pending(s, crawl_id) if crawl.status == SEALED else None
         counts = {k: snapshots.get(k, 0) for k in ("queued", "started", "paused", "sealed")}
         counts["total"] = sum(snapshots.values())
         result_counts = {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")}
         result_counts.update({k: v for k, v in results.items() if k not in result_counts})
         return CrawlStatus(
-            id=crawl.id, status=crawl.status, created_at=crawl.created_at, modified_at=crawl.modified_at,
-            max_depth=crawl.max_depth, tags=[t for t in crawl.tags_str.split(",") if t], plugins=crawl.plugins or [],
-            label=crawl.label, output_dir=crawl.output_dir, snapshots=counts, results=result_counts,
+            id=crawl.id,
+            status=crawl.status,
+            created_at=crawl.created_at,
+            modified_at=crawl.modified_at,
+            max_depth=crawl.max_depth,
+            tags=[t for t in crawl.tags_str.split(",") if t],
+            plugins=crawl.plugins or [],
+            label=crawl.label,
+            output_dir=crawl.output_dir,
+            snapshots=counts,
+            results=result_counts,
             results_pending=pending,
         )
 
     @staticmethod
     def _results_pending(s, crawl_id: str) -> int:
         """How many hook results executors reported that the projector has not written yet."""
-        reported = {(t.snapshot_id, r["plugin"], r["hook_name"])
-                    for t in s.scalars(select(SnapshotTask).where(SnapshotTask.crawl_id == crawl_id))
-                    for r in (t.results or [])}
-        projected = set(s.execute(
-            select(ArchiveResult.snapshot_id, ArchiveResult.plugin, ArchiveResult.hook_name)
-            .join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id).where(Snapshot.crawl_id == crawl_id)
-        ).all())
+        reported = {
+            (t.snapshot_id, r["plugin"], r["hook_name"])
+            for t in s.scalars(select(SnapshotTask).where(SnapshotTask.crawl_id == crawl_id))
+            for r in (t.results or [])
+        }
+        projected = set(
+            s.execute(
+                select(ArchiveResult.snapshot_id, ArchiveResult.plugin, ArchiveResult.hook_name)
+                .join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id)
+                .where(Snapshot.crawl_id == crawl_id)
+            ).all()
+        )
         return len(reported - projected)
 
     def list_snapshots(self, crawl_id: str | None, limit: int, offset: int) -> SnapshotPage:
@@ -153,20 +181,48 @@ class CrawlService:
             snaps = list(s.scalars(query.order_by(Snapshot.created_at, Snapshot.id).limit(limit).offset(offset)))
             ids = [x.id for x in snaps]
             results: dict[str, list[ResultOut]] = {i: [] for i in ids}
-            for r in s.scalars(select(ArchiveResult).where(ArchiveResult.snapshot_id.in_(ids))
-                               .order_by(ArchiveResult.start_ts, ArchiveResult.hook_name)):
-                results[r.snapshot_id].append(ResultOut(
-                    plugin=r.plugin, hook_name=r.hook_name, status=r.status, output_str=r.output_str,
-                    output_size=r.output_size, output_files=r.output_files or {}, start_ts=r.start_ts,
-                    end_ts=r.end_ts, notes=r.notes))
+            for r in s.scalars(
+                select(ArchiveResult)
+                .where(ArchiveResult.snapshot_id.in_(ids))
+                .order_by(ArchiveResult.start_ts, ArchiveResult.hook_name)
+            ):
+                results[r.snapshot_id].append(
+                    ResultOut(
+                        plugin=r.plugin,
+                        hook_name=r.hook_name,
+                        status=r.status,
+                        output_str=r.output_str,
+                        output_size=r.output_size,
+                        output_files=r.output_files or {},
+                        start_ts=r.start_ts,
+                        end_ts=r.end_ts,
+                        notes=r.notes,
+                    )
+                )
             tags: dict[str, list[str]] = {i: [] for i in ids}
-            for sid, name in s.execute(select(SnapshotTag.snapshot_id, Tag.name).join(Tag, Tag.id == SnapshotTag.tag_id)
-                                       .where(SnapshotTag.snapshot_id.in_(ids)).order_by(Tag.name)):
+            for sid, name in s.execute(
+                select(SnapshotTag.snapshot_id, Tag.name)
+                .join(Tag, Tag.id == SnapshotTag.tag_id)
+                .where(SnapshotTag.snapshot_id.in_(ids))
+                .order_by(Tag.name)
+            ):
                 tags[sid].append(name)
-        items = [SnapshotOut(
-            id=x.id, crawl_id=x.crawl_id, url=x.url, title=x.title, status=x.status, depth=x.depth,
-            parent_snapshot_id=x.parent_snapshot_id, bookmarked_at=x.bookmarked_at, downloaded_at=x.downloaded_at,
-            output_dir=x.output_dir, output_size=x.output_size, tags=tags[x.id], results=results[x.id],
-        ) for x in snaps]
+        items = [
+            SnapshotOut(
+                id=x.id,
+                crawl_id=x.crawl_id,
+                url=x.url,
+                title=x.title,
+                status=x.status,
+                depth=x.depth,
+                parent_snapshot_id=x.parent_snapshot_id,
+                bookmarked_at=x.bookmarked_at,
+                downloaded_at=x.downloaded_at,
+                output_dir=x.output_dir,
+                output_size=x.output_size,
+                tags=tags[x.id],
+                results=results[x.id],
+            )
+            for x in snaps
+        ]
         return SnapshotPage(total=total or 0, items=items)
-

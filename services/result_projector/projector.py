@@ -40,23 +40,44 @@ def upsert_archiveresult(s: Session, r: ArchiveResultRecord) -> str:
     """Insert or update one ArchiveResult; returns its snapshot id."""
     insert = insert_for(s)
     values = {
-        "id": r.id, "snapshot_id": r.snapshot_id, "plugin": r.plugin, "hook_name": r.hook_name,
-        "status": r.status, "output_str": r.output_str, "output_json": r.output_json,
-        "output_files": msgspec.to_builtins(r.output_files), "output_size": r.output_size,
-        "output_mimetypes": r.output_mimetypes, "start_ts": r.start_ts, "end_ts": r.end_ts,
-        "notes": r.notes, "process_id": r.process_id, "created_at": utcnow(), "modified_at": utcnow(),
+        "id": r.id,
+        "snapshot_id": r.snapshot_id,
+        "plugin": r.plugin,
+        "hook_name": r.hook_name,
+        "status": r.status,
+        "output_str": r.output_str,
+        "output_json": r.output_json,
+        "output_files": msgspec.to_builtins(r.output_files),
+        "output_size": r.output_size,
+        "output_mimetypes": r.output_mimetypes,
+        "start_ts": r.start_ts,
+        "end_ts": r.end_ts,
+        "notes": r.notes,
+        "process_id": r.process_id,
+        "created_at": utcnow(),
+        "modified_at": utcnow(),
     }
     stmt = insert(ArchiveResult).values(values)
-    updatable = {k: stmt.excluded[k] for k in values if k not in ("id", "snapshot_id", "plugin", "hook_name", "created_at")}
-    s.execute(stmt.on_conflict_do_update(
-        index_elements=["snapshot_id", "plugin", "hook_name"], set_=updatable,
-        where=or_(ArchiveResult.start_ts.is_(None), stmt.excluded.start_ts.is_(None),
-                  stmt.excluded.start_ts >= ArchiveResult.start_ts),
-    ))
+    updatable = {
+        k: stmt.excluded[k] for k in values if k not in ("id", "snapshot_id", "plugin", "hook_name", "created_at")
+    }
+    s.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["snapshot_id", "plugin", "hook_name"],
+            set_=updatable,
+            where=or_(
+                ArchiveResult.start_ts.is_(None),
+                stmt.excluded.start_ts.is_(None),
+                stmt.excluded.start_ts >= ArchiveResult.start_ts,
+            ),
+        )
+    )
     if r.plugin == "title" and r.status == "succeeded" and r.output_str.strip():
-        s.execute(update(Snapshot).where(Snapshot.id == r.snapshot_id,
-                                         or_(Snapshot.title.is_(None), Snapshot.title == ""))
-                  .values(title=r.output_str.strip()[:512]))
+        s.execute(
+            update(Snapshot)
+            .where(Snapshot.id == r.snapshot_id, or_(Snapshot.title.is_(None), Snapshot.title == ""))
+            .values(title=r.output_str.strip()[:512])
+        )
     return r.snapshot_id
 
 
@@ -64,31 +85,60 @@ def upsert_process(s: Session, p: ProcessRecord) -> None:
     """Insert or update one Process row by id."""
     insert = insert_for(s)
     values = {
-        "id": p.id, "machine": p.machine, "snapshot_id": p.snapshot_id or None, "plugin": p.plugin,
-        "hook_name": p.hook_name, "cmd": p.cmd, "pwd": p.pwd, "pid": p.pid, "exit_code": p.exit_code,
-        "stdout": p.stdout, "stderr": p.stderr, "started_at": p.started_at, "ended_at": p.ended_at,
-        "timeout": p.timeout, "status": p.status, "created_at": utcnow(),
+        "id": p.id,
+        "machine": p.machine,
+        "snapshot_id": p.snapshot_id or None,
+        "plugin": p.plugin,
+        "hook_name": p.hook_name,
+        "cmd": p.cmd,
+        "pwd": p.pwd,
+        "pid": p.pid,
+        "exit_code": p.exit_code,
+        "stdout": p.stdout,
+        "stderr": p.stderr,
+        "started_at": p.started_at,
+        "ended_at": p.ended_at,
+        "timeout": p.timeout,
+        "status": p.status,
+        "created_at": utcnow(),
     }
     stmt = insert(Process).values(values)
-    s.execute(stmt.on_conflict_do_update(index_elements=["id"],
-                                         set_={k: stmt.excluded[k] for k in values if k not in ("id", "created_at")}))
+    s.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["id"], set_={k: stmt.excluded[k] for k in values if k not in ("id", "created_at")}
+        )
+    )
 
 
 def upsert_binary(s: Session, b: BinaryRecord) -> None:
     """Insert one Binary row unless that exact binary is already recorded."""
     insert = insert_for(s)
-    s.execute(insert(Binary).values(
-        id=new_id(), machine=b.machine, name=b.name, abspath=b.abspath, version=b.version, sha256=b.sha256,
-        binprovider=b.binprovider, created_at=utcnow(), modified_at=utcnow(),
-    ).on_conflict_do_nothing(index_elements=["machine", "name", "abspath", "version", "sha256"]))
+    s.execute(
+        insert(Binary)
+        .values(
+            id=new_id(),
+            machine=b.machine,
+            name=b.name,
+            abspath=b.abspath,
+            version=b.version,
+            sha256=b.sha256,
+            binprovider=b.binprovider,
+            created_at=utcnow(),
+            modified_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["machine", "name", "abspath", "version", "sha256"])
+    )
 
 
 def refresh_output_size(s: Session, snapshot_ids: set[str]) -> None:
     """Snapshot.output_size = the sum of its ArchiveResults' output_size (bytes)."""
     if not snapshot_ids:
         return
-    total = (select(func.coalesce(func.sum(ArchiveResult.output_size), 0))
-             .where(ArchiveResult.snapshot_id == Snapshot.id).scalar_subquery())
+    total = (
+        select(func.coalesce(func.sum(ArchiveResult.output_size), 0))
+        .where(ArchiveResult.snapshot_id == Snapshot.id)
+        .scalar_subquery()
+    )
     s.execute(update(Snapshot).where(Snapshot.id.in_(snapshot_ids)).values(output_size=total))
 
 
@@ -137,7 +187,9 @@ class ResultProjector:
 
     async def handle_batch(self, msgs: list) -> None:
         """Project a batch in one transaction, then ack it; on failure, retry message by message."""
-        with tracer.start_as_current_span("project batch", context=telemetry.context_from(bus.headers_of(msgs[0]))) as span:
+        with tracer.start_as_current_span(
+            "project batch", context=telemetry.context_from(bus.headers_of(msgs[0]))
+        ) as span:
             span.set_attribute("messaging.batch.message_count", len(msgs))
             try:
                 await asyncio.to_thread(self._apply, [(m.subject, m.data) for m in msgs])

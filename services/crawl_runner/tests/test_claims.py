@@ -18,8 +18,9 @@ def _crawl_with_snapshot(db) -> tuple[str, str]:
     with db.write() as s:
         s.add(crawl)
         s.flush()
-        ids = q.insert_snapshots(s, crawl, [q.NewSnapshot("https://example.com/")], depth=0, parent_id=None,
-                                 now=now, user="system")
+        ids = q.insert_snapshots(
+            s, crawl, [q.NewSnapshot("https://example.com/")], depth=0, parent_id=None, now=now, user="system"
+        )
     return crawl.id, ids[0]
 
 
@@ -70,8 +71,9 @@ def test_duplicate_completion_and_stale_stage_change_nothing(db):
     _, snapshot_id = _crawl_with_snapshot(db)
     now = utcnow()
     with db.write() as s:
-        snap = q.claim_queued_snapshot(s, snapshot_id, s.get(Snapshot, snapshot_id).retry_at, now,
-                                       timedelta(seconds=60), 1)
+        snap = q.claim_queued_snapshot(
+            s, snapshot_id, s.get(Snapshot, snapshot_id).retry_at, now, timedelta(seconds=60), 1
+        )
         q.insert_tasks(s, snap, 1, {"fetch": ["wget"]}, now)
         q.insert_tasks(s, snap, 1, {"fetch": ["wget"]}, now)  # planning twice is harmless
     with db.write() as s:

@@ -23,8 +23,9 @@ def _snapshot(db) -> str:
     with db.write() as s:
         s.add(crawl)
         s.flush()
-        return q.insert_snapshots(s, crawl, [q.NewSnapshot("https://example.com/a")], depth=0, parent_id=None,
-                                  now=now, user="system")[0]
+        return q.insert_snapshots(
+            s, crawl, [q.NewSnapshot("https://example.com/a")], depth=0, parent_id=None, now=now, user="system"
+        )[0]
 
 
 async def _drained(js, timeout: float = 30) -> None:
@@ -42,14 +43,38 @@ def test_duplicates_and_redeliveries_upsert_once(db, db_url, nats_url, monkeypat
     monkeypatch.setenv("NATS_URL", nats_url)
     snapshot_id = _snapshot(db)
     t0 = utcnow()
-    process = ProcessRecord(id=new_id(), snapshot_id=snapshot_id, plugin="wget", hook_name="on_Snapshot__35_wget.finite.bg",
-                            cmd=["wget"], exit_code=0, started_at=t0, ended_at=t0, machine="m1")
-    newer = ArchiveResultRecord(id=new_id(), snapshot_id=snapshot_id, plugin="wget", hook_name=process.hook_name,
-                                status="succeeded", output_str="wget/index.html", start_ts=t0 + timedelta(seconds=5),
-                                output_files={"index.html": OutputFile(size=1234, mimetype="text/html")},
-                                output_size=1234, process_id=process.id)
-    older = ArchiveResultRecord(id=new_id(), snapshot_id=snapshot_id, plugin="wget", hook_name=process.hook_name,
-                                status="failed", notes="an earlier attempt", start_ts=t0)
+    process = ProcessRecord(
+        id=new_id(),
+        snapshot_id=snapshot_id,
+        plugin="wget",
+        hook_name="on_Snapshot__35_wget.finite.bg",
+        cmd=["wget"],
+        exit_code=0,
+        started_at=t0,
+        ended_at=t0,
+        machine="m1",
+    )
+    newer = ArchiveResultRecord(
+        id=new_id(),
+        snapshot_id=snapshot_id,
+        plugin="wget",
+        hook_name=process.hook_name,
+        status="succeeded",
+        output_str="wget/index.html",
+        start_ts=t0 + timedelta(seconds=5),
+        output_files={"index.html": OutputFile(size=1234, mimetype="text/html")},
+        output_size=1234,
+        process_id=process.id,
+    )
+    older = ArchiveResultRecord(
+        id=new_id(),
+        snapshot_id=snapshot_id,
+        plugin="wget",
+        hook_name=process.hook_name,
+        status="failed",
+        notes="an earlier attempt",
+        start_ts=t0,
+    )
     binary = BinaryRecord(name="wget", abspath="/usr/bin/wget", version="1.21.3", sha256="ab" * 32, machine="m1")
 
     async def scenario() -> None:

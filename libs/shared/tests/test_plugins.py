@@ -1,0 +1,54 @@
+"""The abx-plugins catalogue: hook discovery and ordering, config resolution, enabled plugins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from boxcar.shared.plugins import get_catalog, parse_hook
+
+
+def test_hook_names_parse_like_archivebox():
+    hook = parse_hook("wget", Path("/x/wget/on_Snapshot__35_wget.finite.bg.py"))
+    assert (hook.event, hook.order, hook.is_background, hook.name, hook.language) == (
+        "Snapshot",
+        35,
+        True,
+        "on_Snapshot__35_wget.finite.bg",
+        "python",
+    )
+    assert parse_hook("x", Path("/x/helper.py")) is None
+    assert parse_hook("x", Path("/x/on_Snapshot__10_a.sh")) is None
+
+
+def test_snapshot_hooks_are_in_nn_then_name_order():
+    hooks = get_catalog().snapshot_hooks(["hashes", "wget", "htmltotext", "favicon", "trafilatura"])
+    assert [h.name for h in hooks] == [
+        "on_Snapshot__35_wget.finite.bg",
+        "on_Snapshot__37_favicon.finite.bg",
+        "on_Snapshot__66_htmltotext",
+        "on_Snapshot__66_trafilatura",
+        "on_Snapshot__93_hashes",
+    ]
+
+
+def test_config_resolution_follows_fallbacks_and_aliases():
+    catalog = get_catalog()
+    resolved = catalog.resolve_config(["wget"], {"TIMEOUT": "17", "SAVE_WARC": "false"})
+    assert resolved["wget"]["WGET_TIMEOUT"] == 17
+    assert resolved["wget"]["WGET_WARC_ENABLED"] is False
+    env = catalog.hook_env(["wget"], resolved)
+    assert env["WGET_TIMEOUT"] == "17" and env["WGET_WARC_ENABLED"] == "False"
+    assert "SNAP_DIR" not in env and "PATH" not in env  # runtime-derived keys are the executor's
+
+
+def test_disabled_plugins_drop_out_of_the_selection():
+    catalog = get_catalog()
+    assert catalog.enabled_plugins(["wget", "favicon"], {"FAVICON_ENABLED": "false"}) == ["wget"]
+    assert catalog.enabled_plugins(["title"], {}) == ["title", "chrome"]  # required plugins join in
+
+
+def test_required_binaries_are_hydrated_from_config():
+    catalog = get_catalog()
+    resolved = catalog.resolve_config(["wget"], {"WGET_BINARY": "/opt/wget"})
+    [(key, record)] = catalog.required_binaries("wget", {**resolved["base"], **resolved["wget"]})
+    assert key == "WGET_BINARY" and record["name"] == "/opt/wget"

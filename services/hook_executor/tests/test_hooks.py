@@ -1,0 +1,131 @@
+"""HookProcess against real subprocesses: the real wget hook on a local site, and small hook
+scripts that exercise each exit path of the protocol (skip, fail, timeout, background)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from boxcar.hook_executor.hooks import HookProcess
+from boxcar.shared.plugins import Hook, get_catalog, parse_hook
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def script_hook(tmp_path: Path, body: str, name: str = "on_Snapshot__10_probe.py") -> Hook:
+    plugin_src = tmp_path / "plugins" / "probe"
+    plugin_src.mkdir(parents=True, exist_ok=True)
+    path = plugin_src / name
+    path.write_text("import json, os, sys, time, signal, subprocess\n" + textwrap.dedent(body))
+    return parse_hook("probe", path)
+
+
+def run(hook: Hook, tmp_path: Path, timeout: int = 10, url: str = "https://example.com/") -> HookProcess:
+    async def go() -> HookProcess:
+        snap = tmp_path / "snap"
+        proc = HookProcess(
+            hook,
+            [sys.executable, hook.path, f"--url={url}", "--snapshot-id=S1", "--depth=0"],
+            snap / hook.plugin,
+            {**os.environ, "SNAP_DIR": str(snap)},
+            timeout,
+            margin=0,
+            kill_grace=1,
+        )
+        await proc.start()
+        if hook.is_background:
+            await proc.wait_ready()
+            await proc.stop()
+        else:
+            await proc.wait()
+        return proc
+
+    return asyncio.run(go())
+
+
+def test_records_files_and_discovered_urls(tmp_path):
+    hook = script_hook(
+        tmp_path,
+        """
+        print("some log line")
+        open("out.txt", "w").write("hello")
+        print(json.dumps({"type": "Snapshot", "url": "https://example.com/next", "title": "Next", "tags": "a,b"}))
+        print(json.dumps({"type": "Tag", "name": "found"}))
+        print(json.dumps({"type": "ArchiveResult", "status": "success", "output_str": "probe/out.txt"}))
+    """,
+    )
+    proc = run(hook, tmp_path)
+    result = proc.archive_result("S1", "C1")
+    assert (result.status, result.output_str, result.output_size) == ("succeeded", "probe/out.txt", 5)
+    assert result.output_files["out.txt"].mimetype == "text/plain"
+    [found] = proc.discovered()
+    assert (found.url, found.title, found.tags) == ("https://example.com/next", "Next", ["a", "b"])
+    assert proc.tags() == ["found"]
+    record = proc.process_record("S1", "C1", "m1")
+    assert record.exit_code == 0 and "some log line" in record.stdout
+
+
+def test_exit_10_is_skipped_and_other_codes_fail_with_stderr(tmp_path):
+    assert run(script_hook(tmp_path, "sys.exit(10)"), tmp_path).archive_result("S", "C").status == "skipped"
+    failed = run(script_hook(tmp_path, "print('boom: no such thing', file=sys.stderr); sys.exit(3)"), tmp_path)
+    result = failed.archive_result("S", "C")
+    assert result.status == "failed" and "exit code 3" in result.notes and "boom: no such thing" in result.notes
+    assert run(script_hook(tmp_path, "pass"), tmp_path).archive_result("S", "C").status == "noresults"
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    hook = script_hook(
+        tmp_path,
+        f"""
+        child = subprocess.Popen(["sleep", "60"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+    """,
+    )
+    proc = run(hook, tmp_path, timeout=1)
+    result = proc.archive_result("S", "C")
+    assert result.status == "failed" and result.notes == "Hook timed out after 1 seconds"
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while alive(child):  # SIGKILLed with the group; init reaps it
+        assert time.monotonic() < deadline, f"grandchild {child} survived the hook's timeout"
+        time.sleep(0.05)
+
+
+def test_background_hook_finishes_its_work_after_sigterm(tmp_path):
+    hook = script_hook(
+        tmp_path,
+        """
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # like wget: finish within the timeout
+        print("download started", flush=True)
+        time.sleep(1)
+        open("page.html", "w").write("<html></html>")
+        print(json.dumps({"type": "ArchiveResult", "status": "succeeded", "output_str": "probe/page.html"}))
+    """,
+        name="on_Snapshot__10_probe.finite.bg.py",
+    )
+    assert hook.is_background
+    proc = run(hook, tmp_path, timeout=20)
+    result = proc.archive_result("S", "C")
+    assert result.status == "succeeded" and "page.html" in result.output_files
+
+
+def test_real_wget_hook_on_a_local_page(tmp_path, demo_site):
+    [hook] = get_catalog()["wget"].snapshot_hooks()
+    proc = run(hook, tmp_path, timeout=30, url=demo_site)
+    result = proc.archive_result("S1", "C1")
+    assert result.status == "succeeded", result.notes
+    assert any(p.endswith("index.html") for p in result.output_files)
+    assert any(p.startswith("warc/") and p.endswith(".warc.gz") for p in result.output_files)

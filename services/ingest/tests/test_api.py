@@ -1,0 +1,69 @@
+"""The ingest API against a real database (SQLite and Postgres): validation, status, OpenAPI."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import TestClient
+
+from boxcar.ingest.app import create_app
+from boxcar.shared.db.models import Crawl
+from boxcar.shared.settings import Settings
+
+
+@pytest.fixture
+def client(db, tmp_path, monkeypatch):
+    monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:1")  # no NATS: the API must still work
+    with TestClient(app=create_app(Settings(data_dir=tmp_path), db)) as test_client:
+        yield test_client
+
+
+def test_create_and_read_a_crawl(client, db):
+    response = client.post(
+        "/api/v1/crawls",
+        json={
+            "urls": [
+                "HTTPS://Example.com/a",
+                {"url": "https://example.com/b", "title": "B", "tags": ["x"]},
+                "https://example.com/a",
+            ],
+            "tags": ["news", " news ", "tech"],
+            "max_depth": 1,
+            "plugins": ["wget"],
+        },
+    )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["status"] == "queued" and body["urls"] == 2  # duplicates merged on the canonical form
+    with db.read() as s:
+        crawl = s.get(Crawl, body["id"])
+        assert [seed["url"] for seed in crawl.seeds] == ["https://example.com/a", "https://example.com/b"]
+        assert crawl.seeds[1]["title"] == "B" and crawl.tags_str == "news,tech" and crawl.plugins == ["wget"]
+        assert crawl.output_dir.startswith("archive/users/system/crawls/")
+    status = client.get(f"/api/v1/crawls/{body['id']}").json()
+    assert status["status"] == "queued" and status["snapshots"]["total"] == 0 and status["max_depth"] == 1
+
+
+@pytest.mark.parametrize(
+    "payload, status, words",
+    [
+        ({"urls": ["https://ok.example/", "ftp://example.com/x"]}, 422, ["urls[1]", "unsupported scheme 'ftp'"]),
+        ({"urls": ["not a url"]}, 422, ["urls[0]", "not an absolute URL"]),
+        ({"urls": ["https://example.com/"], "plugins": ["nope"]}, 422, ["plugins", "unknown plugin(s) nope"]),
+        ({"urls": ["https://example.com/"], "max_depth": 9}, 400, ["max_depth"]),
+        ({"urls": []}, 400, ["urls"]),
+        ({"urls": "https://example.com/"}, 400, ["urls"]),
+        ({"url": ["https://example.com/"]}, 400, ["url"]),
+    ],
+)
+def test_bad_input_names_the_field(client, payload, status, words):
+    response = client.post("/api/v1/crawls", json=payload)
+    assert response.status_code == status, response.text
+    for word in words:
+        assert word in response.text
+
+
+def test_unknown_crawl_is_404_and_openapi_is_served(client):
+    assert client.get("/api/v1/crawls/0123").status_code == 404
+    schema = client.get("/schema/openapi.json").json()
+    assert {"/api/v1/crawls", "/api/v1/crawls/{crawl_id}", "/api/v1/snapshots"} <= set(schema["paths"])
+    assert client.get("/healthz").json() == {"ok": True, "nats": False}

@@ -1,0 +1,43 @@
+"""A binary that cannot be had fails that hook's ArchiveResult with the binary named; the rest run."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import Binary
+from tests.helpers import load_crawl, submit, wait_sealed
+
+
+def test_missing_binary_fails_its_hook_and_names_it(pg_url, nats_url, make_stack, demo_site):
+    stack = make_stack(pg_url, nats_url)
+    crawl_id = submit(
+        stack.api_url,
+        urls=[demo_site],
+        plugins=["wget", "htmltotext"],
+        config={"WGET_BINARY": "wget-that-does-not-exist"},
+    )
+    state = wait_sealed(stack.api_url, crawl_id, timeout=300)
+    assert state["snapshots"]["sealed"] == 1
+    _, _, results = load_crawl(Database(pg_url), crawl_id)
+    by_plugin = {r.plugin: r for r in results}
+    assert by_plugin["wget"].status == "failed"
+    assert "wget-that-does-not-exist" in by_plugin["wget"].notes and "not found" in by_plugin["wget"].notes
+    assert by_plugin["htmltotext"].status in ("noresults", "failed", "skipped")  # nothing to read; it still ran
+    assert by_plugin["htmltotext"].process_id  # a real process, unlike the wget hook that never started
+
+
+def test_resolved_binaries_are_recorded(pg_url, nats_url, make_stack, demo_site):
+    stack = make_stack(pg_url, nats_url)
+    crawl_id = submit(stack.api_url, urls=[demo_site], plugins=["wget"])
+    wait_sealed(stack.api_url, crawl_id, timeout=300)
+    db = Database(pg_url)
+
+    def recorded():
+        with db.read() as s:
+            return list(s.scalars(select(Binary).where(Binary.name == "wget")))
+
+    from tests.helpers import wait_until
+
+    [wget] = wait_until(recorded, 30, "the wget Binary row")
+    assert wget.abspath and wget.version and wget.binprovider == "env" and wget.machine
