@@ -11,6 +11,7 @@ from sqlalchemy import select
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
 
+
 def wait_until[T](check: Callable[[], T], timeout: float, what: str, interval: float = 0.25) -> T:
     """Poll ``check`` until it returns something truthy; fail the test after ``timeout`` s."""
     deadline = time.monotonic() + timeout
