@@ -24,8 +24,9 @@ class ApiError(RuntimeError):
 class BoxcarClient:
     """HTTP client of one Boxcar API (``base_url`` like ``http://127.0.0.1:8000``)."""
 
-    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=timeout)
+    def __init__(self, base_url: str, token: str = "", timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
 
     def _check(self, response: httpx.Response) -> Any:
         if response.status_code >= 400:
@@ -43,6 +44,24 @@ class BoxcarClient:
 
     def crawl(self, crawl_id: str) -> dict[str, Any]:
         return self._check(self.http.get(f"/api/v1/crawls/{crawl_id}"))
+
+    def import_file(self, data: bytes, filename: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Upload an export to ``POST /api/v1/imports`` (format detected from content by the server)."""
+        return self._check(self.http.post("/api/v1/imports", params=params, files={"file": (filename, data)}))
+
+    def feeds(self) -> list[dict[str, Any]]:
+        return self._check(self.http.get("/api/v1/feeds"))
+
+    def create_feed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._check(self.http.post("/api/v1/feeds", json=payload))
+
+    def delete_feed(self, feed_id: str) -> None:
+        response = self.http.delete(f"/api/v1/feeds/{feed_id}")
+        if response.status_code >= 400:
+            self._check(response)
+
+    def control_feed(self, feed_id: str, action: str) -> dict[str, Any]:
+        return self._check(self.http.post(f"/api/v1/feeds/{feed_id}/{action}"))
 
     def wait(
         self, crawl_id: str, *, console: Console, poll: float = 0.5, timeout: float | None = None, on_tick=None

@@ -1,45 +1,76 @@
-"""Reading what users hand to ``boxcar add``: URLs and files of URLs."""
+"""Reading what users hand to ``boxcar add``: URLs, and files in any format Boxcar imports."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-URL_IN_TEXT = re.compile(r"https?://[^\s<>\"']+", re.IGNORECASE)
+import msgspec
+
+from boxcar.shared import importers
+
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
 class InputFileError(ValueError):
-    """A FILE argument could not be read or held no URL."""
+    """An argument is neither a URL nor a readable file, or a file holds no URL."""
 
 
-def expand_args(args: list[str]) -> list[str]:
-    """Turn CLI arguments into URLs: a URL stays a URL; a FILE contributes the URLs in it.
-
-    A file is read as text, one URL per line (blank lines and ``#`` comments skipped); URLs inside
-    longer lines are found too.
+def split_args(args: list[str]) -> tuple[list[str], list[Path]]:
+    """Separate URL arguments from FILE arguments.
 
     Raises:
-        InputFileError: an argument is neither a URL nor a readable file with URLs in it.
+        InputFileError: an argument is neither (message names it).
     """
-    urls: list[str] = []
+    urls, files = [], []
     for arg in args:
-        if re.match(r"^[a-z][a-z0-9+.-]*://", arg, re.IGNORECASE):
+        if _SCHEME.match(arg):
             urls.append(arg)
-            continue
-        path = Path(arg)
-        if not path.is_file():
-            raise InputFileError(f"{arg}: not a URL and not a file")
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise InputFileError(f"{arg}: {exc.strerror}") from None
-        found = [
-            m.group(0).rstrip(".,;:!?)")
-            for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")
-            for m in URL_IN_TEXT.finditer(line)
-        ]
-        if not found:
-            raise InputFileError(f"{arg}: no http(s) URL found in the file")
-        urls.extend(found)
-    return urls
+        elif Path(arg).is_file():
+            files.append(Path(arg))
+        else:
+            raise InputFileError(f"{arg}: not a URL (http://… or https://…) and not a file")
+    return urls, files
+
+
+def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
+    """Parse a file with the importers (format detected from its content, not its name).
+
+    Raises:
+        InputFileError: unreadable, unknown ``format``, or no URL found.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError(f"{path}: {exc.strerror}") from None
+    try:
+        result = importers.parse(data, format)
+    except importers.UnknownFormat:
+        raise InputFileError(f"unknown format {format!r}; one of {', '.join(importers.FORMATS)}") from None
+    if not result.entries:
+        raise InputFileError(f"{path}: no http(s) URL found (format tried: {result.format})")
+    return result
+
+
+def entry_json(entry: importers.Entry) -> dict:
+    """An entry as the ``--dry-run --json`` preview shows it."""
+    return {
+        "url": entry.url,
+        "title": entry.title,
+        "tags": list(entry.tags),
+        "bookmarked_at": entry.bookmarked_at.isoformat() if entry.bookmarked_at else None,
+    }
+
+
+def seed_json(entry: importers.Entry) -> dict:
+    """An entry as a seed object of ``POST /api/v1/crawls``."""
+    seed = {"url": entry.url, "tags": list(entry.tags)}
+    if entry.title:
+        seed["title"] = entry.title
+    if entry.bookmarked_at:
+        seed["bookmarked_at"] = entry.bookmarked_at.isoformat()
+    return seed
+
+
+def rejected_json(rejected: importers.Rejected) -> dict:
+    return msgspec.to_builtins(rejected)

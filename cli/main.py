@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from boxcar.cli.client import ApiError, BoxcarClient
-from boxcar.cli.inputs import InputFileError, expand_args
-from boxcar.cli.stack import EmbeddedStack, StackError, running_stack
+from boxcar.cli.inputs import InputFileError, entry_json, parse_file, rejected_json, seed_json, split_args
+from boxcar.cli.stack import EmbeddedStack, StackError, local_token, running_stack
 from boxcar.shared.settings import Settings
 
 err = Console(stderr=True)
@@ -41,14 +41,18 @@ def _settings(data_dir: str | None) -> Settings:
 
 
 @contextlib.contextmanager
-def api_for(settings: Settings, api: str | None) -> Iterator[tuple[BoxcarClient, EmbeddedStack | None]]:
+def api_for(
+    settings: Settings, api: str | None, token: str | None = None
+) -> Iterator[tuple[BoxcarClient, EmbeddedStack | None]]:
     """A client of a running stack (``--api``, ``BOXCAR_API_URL`` or DATA_DIR's stack.json), or of an
-    embedded stack started here and stopped on exit."""
+    embedded stack started here and stopped on exit. The token is ``--token``/``BOXCAR_API_TOKEN``,
+    else the CLI's own token for this data dir."""
     url = api or os.environ.get("BOXCAR_API_URL")
+    token = token or os.environ.get("BOXCAR_API_TOKEN") or ""
     if not url and (info := running_stack(settings.data_dir)):
         url = info["api_url"]
     if url:
-        yield BoxcarClient(url), None
+        yield BoxcarClient(url, token or local_token(settings.data_dir)), None
         return
     stack = EmbeddedStack(settings, use_external_nats=bool(os.environ.get("NATS_URL")))
     err.print(f"[dim]starting an embedded Boxcar in {settings.data_dir} …[/]")
@@ -57,7 +61,7 @@ def api_for(settings: Settings, api: str | None) -> Iterator[tuple[BoxcarClient,
     except StackError as exc:
         fail(str(exc))
     try:
-        yield BoxcarClient(stack.api_url), stack
+        yield BoxcarClient(stack.api_url, stack.token), stack
     finally:
         err.print("[dim]stopping the embedded Boxcar …[/]")
         stack.stop()
@@ -129,36 +133,76 @@ def up(data_dir: str | None, port: int | None) -> None:
 @click.option("--depth", default=0, type=click.IntRange(0, 4), help="Link hops to follow (0–4)")
 @click.option("--tag", "tags", multiple=True, help="Tag for every snapshot (repeatable)")
 @click.option("--plugins", default="", help="Comma-separated plugins (default: PLUGINS)")
+@click.option("--format", "format_", default=None, help="Input format of FILEs (default: detected from content)")
+@click.option(
+    "--only-new/--no-only-new", "only_new", default=None, help="Skip URLs archived before (default: ONLY_NEW, on)"
+)
 @click.option("--wait", is_flag=True, help="Show progress until the crawl is sealed")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary at the end")
+@click.option("--dry-run", is_flag=True, help="Only show what FILEs/URLs hold; create nothing")
 @click.option("--api", default=None, help="API of a running stack (default: DATA_DIR's, else embedded)")
+@click.option("--token", default=None, help="API token (default: BOXCAR_API_TOKEN, else this data dir's)")
 @click.option("--timeout", default=None, type=float, help="Give up waiting after this many seconds")
-def add(data_dir, inputs, depth, tags, plugins, wait, as_json, api, timeout) -> None:
-    """Archive URLs, or the URLs in text FILEs.
+def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json, dry_run, api, token, timeout) -> None:
+    """Archive URLs, or the URLs in FILEs: bookmark exports (any browser or service), feeds,
+    browser history, CSV/JSON/JSONL exports, text or markdown; the format is detected from content.
 
     With no running stack an embedded one is started for the duration (and --wait is implied).
     """
     settings = _settings(data_dir)
     try:
-        urls = expand_args(list(inputs))
+        urls, files = split_args(list(inputs))
+        parsed = {path: parse_file(path, format_) for path in files}
     except InputFileError as exc:
         fail(str(exc), 2)
-    payload = {
-        "urls": urls,
-        "tags": list(tags),
-        "max_depth": depth,
-        "plugins": [p.strip() for p in plugins.split(",") if p.strip()],
-    }
-    with api_for(settings, api) as (client, stack):
+    if dry_run:
+        formats = {r.format for r in parsed.values()} | ({"url"} if urls else set())
+        entries = [{"url": u, "title": None, "tags": [], "bookmarked_at": None} for u in urls]
+        entries += [entry_json(e) for r in parsed.values() for e in r.entries]
+        rejected = [rejected_json(x) for r in parsed.values() for x in r.rejected]
+        preview = {"format": formats.pop() if len(formats) == 1 else "mixed", "entries": entries, "rejected": rejected}
+        if as_json:
+            click.echo(json.dumps(preview))
+        else:
+            err.print(f"format {preview['format']}: {len(entries)} entries, {len(rejected)} rejected")
+            for r in rejected[:20]:
+                err.print(f"  [yellow]{r['where']}[/]: {r['reason']} ({r['value'][:80]})")
+        return
+    plugin_list = [p.strip() for p in plugins.split(",") if p.strip()]
+    with api_for(settings, api, token) as (client, stack):
         try:
-            created = client.create_crawl(payload)
+            if len(files) == 1 and not urls:
+                params = {"max_depth": depth, "tags": ",".join(tags), "plugins": ",".join(plugin_list)}
+                if format_:
+                    params["format"] = format_
+                if only_new is not None:
+                    params["only_new"] = str(only_new).lower()
+                imported = client.import_file(files[0].read_bytes(), files[0].name, params)
+                counts = imported["counts"]
+                crawl_id = imported["crawl_id"]
+                err.print(
+                    f"crawl [bold]{crawl_id}[/]: {imported['format']}, {counts['entries']} entries → "
+                    f"{counts['accepted']} queued, {counts['duplicates']} duplicates merged, "
+                    f"{counts['skipped_existing']} archived before, {counts['rejected']} rejected"
+                )
+                for r in imported["rejected"][:10]:
+                    err.print(f"  [yellow]{r['where']}[/]: {r['reason']} ({r['value'][:80]})")
+            else:
+                seeds = urls + [seed_json(e) for r in parsed.values() for e in r.entries]
+                payload = {"urls": seeds, "tags": list(tags), "max_depth": depth, "plugins": plugin_list}
+                if only_new is not None:
+                    payload["only_new"] = only_new
+                created = client.create_crawl(payload)
+                crawl_id = created["id"]
+                err.print(
+                    f"crawl [bold]{crawl_id}[/] queued with {created['urls']} URL(s)"
+                    + (f" ({created['skipped_existing']} archived before)" if created.get("skipped_existing") else "")
+                )
         except ApiError as exc:
             fail(str(exc), 2)
-        crawl_id = created["id"]
-        err.print(f"crawl [bold]{crawl_id}[/] queued with {created['urls']} URL(s)")
         if not (wait or stack is not None):
             if as_json:
-                click.echo(json.dumps({"crawl_id": crawl_id, "status": created["status"]}))
+                click.echo(json.dumps({"crawl_id": crawl_id, "status": "queued"}))
             return
         try:
             state = client.wait(crawl_id, console=err, timeout=timeout, on_tick=stack.supervise_once if stack else None)
@@ -252,9 +296,13 @@ def demo(data_dir, depth, as_json) -> None:
             depth=depth,
             tags=("demo",),
             plugins="",
+            format_=None,
+            only_new=False,
             wait=True,
             as_json=as_json,
+            dry_run=False,
             api=None,
+            token=None,
             timeout=None,
         )
 
@@ -272,3 +320,111 @@ def migrate(data_dir) -> None:
 
 if __name__ == "__main__":
     cli()
+
+
+@cli.group()
+def token() -> None:
+    """API tokens (stored hashed; shown once)."""
+
+
+@token.command("create")
+@common_options
+@click.option("--name", default="", help="What the token is for")
+def token_create(data_dir, name) -> None:
+    """Create an API token and print it (use it as `Authorization: Bearer <token>`)."""
+    from boxcar.ingest.auth import create_token
+    from boxcar.shared.db import Database
+
+    settings = _settings(data_dir)
+    db = Database(settings.sqlalchemy_url)
+    db.upgrade()
+    click.echo(create_token(db, name))
+    err.print("[dim]store it now: only its hash is kept[/]")
+
+
+@cli.group()
+def feeds() -> None:
+    """Feed subscriptions (RSS, Atom, JSON Feed) archived on a schedule."""
+
+
+@feeds.command("add")
+@common_options
+@click.argument("url")
+@click.option("--schedule", default="hourly", help="hourly, daily, weekly, monthly, yearly, or a cron expression")
+@click.option("--tag", "tags", multiple=True)
+@click.option("--depth", default=0, type=click.IntRange(0, 4))
+@click.option("--label", default="")
+@click.option("--api", default=None)
+@click.option("--token", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def feeds_add(data_dir, url, schedule, tags, depth, label, api, token, as_json) -> None:
+    """Subscribe to a feed (needs a running stack: `boxcar up`)."""
+    settings = _settings(data_dir)
+    client = _running_client(settings, api, token)
+    try:
+        feed = client.create_feed(
+            {"url": url, "schedule": schedule, "tags": list(tags), "max_depth": depth, "label": label}
+        )
+    except ApiError as exc:
+        fail(str(exc), 2)
+    click.echo(json.dumps(feed) if as_json else f"subscribed {feed['id']}: {feed['url']} ({feed['schedule']})")
+
+
+@feeds.command("list")
+@common_options
+@click.option("--api", default=None)
+@click.option("--token", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def feeds_list(data_dir, api, token, as_json) -> None:
+    """List subscriptions with their polling state."""
+    settings = _settings(data_dir)
+    items = _running_client(settings, api, token).feeds()
+    if as_json:
+        for feed in items:
+            click.echo(json.dumps(feed))
+        return
+    table = Table("id", "url", "schedule", "status", "items", "last error")
+    for feed in items:
+        table.add_row(
+            feed["id"], feed["url"], feed["schedule"], feed["status"], str(feed["items_seen"]), feed["last_error"][:60]
+        )
+    Console().print(table)
+
+
+@feeds.command("remove")
+@common_options
+@click.argument("feed_id")
+@click.option("--api", default=None)
+@click.option("--token", default=None)
+def feeds_remove(data_dir, feed_id, api, token) -> None:
+    """Unsubscribe (what was archived stays)."""
+    settings = _settings(data_dir)
+    try:
+        _running_client(settings, api, token).delete_feed(feed_id)
+    except ApiError as exc:
+        fail(str(exc), 2)
+    err.print(f"removed {feed_id}")
+
+
+@feeds.command("poll")
+@common_options
+@click.argument("feed_id")
+@click.option("--api", default=None)
+@click.option("--token", default=None)
+def feeds_poll(data_dir, feed_id, api, token) -> None:
+    """Poll a subscription now."""
+    settings = _settings(data_dir)
+    try:
+        _running_client(settings, api, token).control_feed(feed_id, "poll")
+    except ApiError as exc:
+        fail(str(exc), 2)
+    err.print(f"poll of {feed_id} requested")
+
+
+def _running_client(settings: Settings, api: str | None, token: str | None) -> BoxcarClient:
+    url = api or os.environ.get("BOXCAR_API_URL")
+    if not url and (info := running_stack(settings.data_dir)):
+        url = info["api_url"]
+    if not url:
+        fail(f"no running Boxcar for {settings.data_dir}: start one with `boxcar up` (or pass --api)")
+    return BoxcarClient(url, token or os.environ.get("BOXCAR_API_TOKEN") or local_token(settings.data_dir))

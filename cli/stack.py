@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from boxcar.ingest.auth import ensure_local_token
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
 from boxcar.shared.plugins import get_catalog
@@ -32,6 +33,7 @@ from boxcar.shared.settings import Settings
 log = logging.getLogger("boxcar.stack")
 
 STACK_FILE = ".boxcar/stack.json"
+TOKEN_FILE = ".boxcar/api_token"  # the CLI's own API token for stacks on this data dir (mode 0600)
 
 
 class StackError(RuntimeError):
@@ -123,6 +125,7 @@ class EmbeddedStack:
         self.nats_proc: subprocess.Popen | None = None
         self.children: list[Child] = []
         self.log_dir = self.data_dir / "logs"
+        self.token = ""
 
     @property
     def api_url(self) -> str:
@@ -141,6 +144,7 @@ class EmbeddedStack:
                 self._start_nats()
             db = Database(self.settings.sqlalchemy_url)
             db.upgrade()
+            self.token = ensure_local_token(db, self.data_dir / TOKEN_FILE)
             db.dispose()
             env = self._child_env()
             py = sys.executable
@@ -287,6 +291,14 @@ class EmbeddedStack:
                 stack_file.unlink()
         except (OSError, ValueError):
             pass
+
+
+def local_token(data_dir: Path) -> str:
+    """The CLI's token for a stack on ``data_dir`` (empty when none was made yet)."""
+    try:
+        return (data_dir / TOKEN_FILE).read_text().strip()
+    except OSError:
+        return ""
 
 
 def running_stack(data_dir: Path) -> dict | None:

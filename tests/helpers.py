@@ -24,18 +24,24 @@ def wait_until[T](check: Callable[[], T], timeout: float, what: str, interval: f
         time.sleep(interval)
 
 
-def submit(api_url: str, **payload) -> str:
-    """POST a crawl and return its id."""
-    response = httpx.post(f"{api_url}/api/v1/crawls", json=payload, timeout=30)
+def api(stack) -> httpx.Client:
+    """An HTTP client of a stack's API, with the stack's token."""
+    return httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {stack.token}"}, timeout=30)
+
+
+def submit(stack, **payload) -> str:
+    """POST a crawl to a stack and return its id."""
+    response = api(stack).post("/api/v1/crawls", json=payload)
     assert response.status_code == 201, response.text
     return response.json()["id"]
 
 
-def wait_sealed(api_url: str, crawl_id: str, timeout: float = 300) -> dict:
+def wait_sealed(stack, crawl_id: str, timeout: float = 300) -> dict:
     """Wait until the crawl is sealed and every reported result is projected."""
+    client = api(stack)
 
     def done():
-        state = httpx.get(f"{api_url}/api/v1/crawls/{crawl_id}", timeout=10).json()
+        state = client.get(f"/api/v1/crawls/{crawl_id}").json()
         return state if state["status"] == "sealed" and state.get("results_pending") == 0 else None
 
     return wait_until(done, timeout, f"crawl {crawl_id} to seal")

@@ -12,12 +12,12 @@ from tests.helpers import load_crawl, submit, wait_sealed
 def test_missing_binary_fails_its_hook_and_names_it(pg_url, nats_url, make_stack, demo_site):
     stack = make_stack(pg_url, nats_url)
     crawl_id = submit(
-        stack.api_url,
+        stack,
         urls=[demo_site],
         plugins=["wget", "htmltotext"],
         config={"WGET_BINARY": "wget-that-does-not-exist"},
     )
-    state = wait_sealed(stack.api_url, crawl_id, timeout=300)
+    state = wait_sealed(stack, crawl_id, timeout=300)
     assert state["snapshots"]["sealed"] == 1
     _, _, results = load_crawl(Database(pg_url), crawl_id)
     by_plugin = {r.plugin: r for r in results}
@@ -29,8 +29,8 @@ def test_missing_binary_fails_its_hook_and_names_it(pg_url, nats_url, make_stack
 
 def test_resolved_binaries_are_recorded(pg_url, nats_url, make_stack, demo_site):
     stack = make_stack(pg_url, nats_url)
-    crawl_id = submit(stack.api_url, urls=[demo_site], plugins=["wget"])
-    wait_sealed(stack.api_url, crawl_id, timeout=300)
+    crawl_id = submit(stack, urls=[demo_site], plugins=["wget"])
+    wait_sealed(stack, crawl_id, timeout=300)
     db = Database(pg_url)
 
     def recorded():

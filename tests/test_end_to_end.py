@@ -29,8 +29,8 @@ EXPECTED = {
 def test_archives_real_pages_through_all_services(db_url, nats_url, make_stack, site_urls, tmp_path):
     urls = site_urls(12)
     stack = make_stack(db_url, nats_url)
-    crawl_id = submit(stack.api_url, urls=urls, tags=["e2e"])
-    state = wait_sealed(stack.api_url, crawl_id, timeout=600)
+    crawl_id = submit(stack, urls=urls, tags=["e2e"])
+    state = wait_sealed(stack, crawl_id, timeout=600)
     assert state["snapshots"] == {"queued": 0, "started": 0, "paused": 0, "sealed": len(urls), "total": len(urls)}
 
     crawl, snaps, results = load_crawl(Database(db_url), crawl_id)
@@ -65,8 +65,8 @@ def test_archives_real_pages_through_all_services(db_url, nats_url, make_stack, 
 
 def test_depth_one_crawl_archives_linked_pages(db_url, nats_url, make_stack, demo_site):
     stack = make_stack(db_url, nats_url)
-    crawl_id = submit(stack.api_url, urls=[demo_site], max_depth=1)
-    wait_sealed(stack.api_url, crawl_id, timeout=300)
+    crawl_id = submit(stack, urls=[demo_site], max_depth=1)
+    wait_sealed(stack, crawl_id, timeout=300)
     crawl, snaps, _ = load_crawl(Database(db_url), crawl_id)
 
     root = next(s for s in snaps if s.depth == 0)

@@ -50,8 +50,8 @@ def test_two_runners_never_claim_or_dispatch_twice(pg_url, nats_url, make_stack,
     tap = Tap(nats_url, ["tasks.hooks.>", "events.snapshot.started"])
     try:
         urls = site_urls(20)
-        crawl_id = submit(stack.api_url, urls=urls)
-        wait_sealed(stack.api_url, crawl_id, timeout=600)
+        crawl_id = submit(stack, urls=urls)
+        wait_sealed(stack, crawl_id, timeout=600)
     finally:
         tap.close()
     _, snaps, results = load_crawl(Database(pg_url), crawl_id)

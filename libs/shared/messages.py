@@ -19,6 +19,7 @@ subject                          publisher         message
 ``binaries.resolve`` (req/rep)   hook-executor     ``BinaryRequest`` → ``BinaryReply``
 ``crawl.queued`` (core, wake-up) ingest            ``CrawlQueued``
 ``control.crawl.<id>``           ingest            ``CrawlControl``
+``control.schedule.<id>``        ingest            ``ScheduleControl``
 ===============================  ================  =========================================
 """
 
@@ -251,6 +252,14 @@ class CrawlControl(msgspec.Struct, kw_only=True):
     v: int = 1
     crawl_id: str
     action: Literal["pause", "resume", "cancel"]
+
+
+class ScheduleControl(msgspec.Struct, kw_only=True):
+    """A user asked to poll now, pause or resume a schedule (``control.schedule.<id>``)."""
+
+    v: int = 1
+    schedule_id: str
+    action: Literal["poll", "pause", "resume"]
 
 
 def encode(msg: msgspec.Struct) -> bytes:

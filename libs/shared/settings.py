@@ -30,6 +30,10 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 )
 
 
+#: ArchiveBox's default: page requisites are not pages worth a snapshot of their own.
+DEFAULT_URL_DENYLIST = r"\.(css|js|otf|ttf|woff|woff2|gstatic\.com|googleapis\.com/css)(\?.*)?$"
+
+
 def _csv(value: object) -> object:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -53,6 +57,8 @@ class Settings(BaseSettings):
     crawl_max_urls: int = Field(default=0, description="Max snapshots per crawl, 0 = unlimited")
     crawl_max_concurrent_snapshots: int = Field(default=8, ge=1)
     only_new: bool = Field(default=True, description="Skip URLs already archived in any crawl")
+    url_allowlist: str = Field(default="", description="Only archive URLs matching (regex, or domains)")
+    url_denylist: str = Field(default=DEFAULT_URL_DENYLIST, description="Never archive URLs matching")
 
     runner_poll_interval: float = Field(default=1.0, gt=0)
     snapshot_lease_seconds: int = Field(default=300, ge=5)
@@ -73,6 +79,7 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1")
     api_port: int = Field(default=8000)
     max_request_body: int = Field(default=64 * 1024 * 1024, description="Bytes accepted per request")
+    public_reads: bool = Field(default=False, description="Serve GET endpoints without a token")
 
     machine_name: str = Field(default_factory=socket.gethostname)
 

@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
+from collections.abc import Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import idna
@@ -113,3 +115,63 @@ def is_archivable(url: str) -> bool:
     except InvalidURL:
         return False
     return True
+
+
+_DOMAIN = re.compile(r"^(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)+$", re.IGNORECASE)
+
+
+def _patterns(value: str) -> list[str]:
+    """A filter setting as patterns: a JSON list, a comma-separated list of domains, or one regex."""
+    value = (value or "").strip()
+    if not value:
+        return []
+    if value.startswith("["):
+        try:
+            return [str(p) for p in json.loads(value) if str(p).strip()]
+        except ValueError:
+            pass
+    parts = [p.strip() for p in value.split(",")]
+    if all(_DOMAIN.match(p) for p in parts):
+        return parts
+    return [value]
+
+
+class UrlFilter:
+    """``URL_ALLOWLIST`` / ``URL_DENYLIST`` (ArchiveBox's names): each a regex searched in the URL,
+    a domain (``example.com`` also matches its subdomains; ``*.example.com`` only them), a
+    comma-separated list of domains, or a JSON list of either. The denylist wins.
+
+    Raises:
+        ValueError: a pattern is not a valid regex (message names the setting).
+    """
+
+    def __init__(self, allowlist: str = "", denylist: str = "") -> None:
+        self.allow = [self._compile("URL_ALLOWLIST", p) for p in _patterns(allowlist)]
+        self.deny = [self._compile("URL_DENYLIST", p) for p in _patterns(denylist)]
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, str], allowlist: str, denylist: str) -> UrlFilter:
+        """A filter from a crawl's config overrides, falling back to the settings' lists."""
+        return cls(config.get("URL_ALLOWLIST", allowlist), config.get("URL_DENYLIST", denylist))
+
+    @staticmethod
+    def _compile(setting: str, pattern: str):
+        if _DOMAIN.match(pattern):
+            domain = pattern.lower()
+            if domain.startswith("*."):
+                return lambda host, url, d=domain[1:]: host.endswith(d)
+            return lambda host, url, d=domain: host == d or host.endswith("." + d)
+        try:
+            regex = re.compile(pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise ValueError(f"{setting}: invalid regex {pattern!r} ({exc})") from None
+        return lambda host, url, r=regex: r.search(url) is not None
+
+    def reason(self, url: str) -> str | None:
+        """None when ``url`` (canonical) may be archived, else why not."""
+        host = (urlsplit(url).hostname or "").lower()
+        if any(match(host, url) for match in self.deny):
+            return "blocked by URL_DENYLIST"
+        if self.allow and not any(match(host, url) for match in self.allow):
+            return "not in URL_ALLOWLIST"
+        return None

@@ -23,6 +23,7 @@ from boxcar.shared.db import insert_for
 from boxcar.shared.db.models import (
     FINALIZE_STAGE,
     OPEN_STATUSES,
+    PAUSED,
     QUEUED,
     SEALED,
     STARTED,
@@ -30,6 +31,8 @@ from boxcar.shared.db.models import (
     TASK_OPEN,
     TASK_PLANNED,
     Crawl,
+    CrawlSchedule,
+    FeedItem,
     Snapshot,
     SnapshotTag,
     SnapshotTask,
@@ -397,3 +400,161 @@ def stale_planned_tasks(s: Session, older_than: datetime, limit: int = 200) -> l
             .limit(limit)
         )
     )
+
+
+# --------------------------------------------------------------------------- schedules (feeds)
+
+
+def due_schedules(s: Session, now: datetime, limit: int = 20) -> list[tuple[str, str, datetime]]:
+    """Enabled schedules due to poll (or whose poller's lease expired): ``[(id, status, retry_at)]``."""
+    rows = s.execute(
+        select(CrawlSchedule.id, CrawlSchedule.status, CrawlSchedule.retry_at)
+        .where(
+            CrawlSchedule.status.in_((QUEUED, STARTED)),
+            CrawlSchedule.is_enabled.is_(True),
+            CrawlSchedule.retry_at <= now,
+        )
+        .order_by(CrawlSchedule.retry_at)
+        .limit(limit)
+    )
+    return [tuple(r) for r in rows]
+
+
+def claim_schedule(
+    s: Session, schedule_id: str, status: str, seen_retry_at: datetime, now: datetime, lease: timedelta
+) -> CrawlSchedule | None:
+    """``queued → started`` (or take over an expired poll) with a lease; None when not ours."""
+    claimed = s.execute(
+        update(CrawlSchedule)
+        .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == status, CrawlSchedule.retry_at == seen_retry_at)
+        .values(status=STARTED, retry_at=now + lease, modified_at=now)
+    ).rowcount
+    return s.get(CrawlSchedule, schedule_id, populate_existing=True) if claimed == 1 else None
+
+
+def finish_schedule_poll(
+    s: Session, schedule: CrawlSchedule, lease_until: datetime, now: datetime, next_at: datetime, **values
+) -> bool:
+    """``started → queued`` with the next poll time; False when the schedule was paused, deleted or
+    taken over meanwhile (the caller's transaction must then roll back)."""
+    return (
+        s.execute(
+            update(CrawlSchedule)
+            .where(
+                CrawlSchedule.id == schedule.id, CrawlSchedule.status == STARTED, CrawlSchedule.retry_at == lease_until
+            )
+            .values(status=QUEUED, retry_at=next_at, last_polled_at=now, modified_at=now, **values)
+        ).rowcount
+        == 1
+    )
+
+
+def unseen_feed_keys(s: Session, schedule_id: str, keys: dict[str, str]) -> set[str]:
+    """The item keys (of ``{item_key: url}``) this schedule has not recorded yet."""
+    if not keys:
+        return set()
+    seen = set(
+        s.scalars(
+            select(FeedItem.item_key).where(FeedItem.schedule_id == schedule_id, FeedItem.item_key.in_(list(keys)))
+        )
+    )
+    return set(keys) - seen
+
+
+def record_feed_items(s: Session, schedule_id: str, items: dict[str, str], crawl_id: str | None, now: datetime) -> None:
+    """Remember feed items (``{item_key: url}``) so later polls skip them (idempotent)."""
+    if items:
+        insert = insert_for(s)
+        s.execute(
+            insert(FeedItem)
+            .values(
+                [
+                    {"schedule_id": schedule_id, "item_key": k, "url": u, "crawl_id": crawl_id, "first_seen_at": now}
+                    for k, u in items.items()
+                ]
+            )
+            .on_conflict_do_nothing(index_elements=["schedule_id", "item_key"])
+        )
+
+
+def request_schedule_poll(s: Session, schedule_id: str, now: datetime) -> bool:
+    """Poll an idle schedule now (not one being polled, not a paused one)."""
+    return (
+        s.execute(
+            update(CrawlSchedule)
+            .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == QUEUED)
+            .values(retry_at=now, modified_at=now)
+        ).rowcount
+        == 1
+    )
+
+
+def pause_schedule(s: Session, schedule_id: str, now: datetime) -> bool:
+    """``queued|started → paused``; a poll in flight then fails to finish and rolls back."""
+    return (
+        s.execute(
+            update(CrawlSchedule)
+            .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status.in_((QUEUED, STARTED)))
+            .values(status=PAUSED, retry_at=None, modified_at=now)
+        ).rowcount
+        == 1
+    )
+
+
+def resume_schedule(s: Session, schedule_id: str, now: datetime) -> bool:
+    """``paused → queued``, due now."""
+    return (
+        s.execute(
+            update(CrawlSchedule)
+            .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == PAUSED)
+            .values(status=QUEUED, retry_at=now, modified_at=now)
+        ).rowcount
+        == 1
+    )
+
+
+# --------------------------------------------------------------------------- crawl control
+
+
+def pause_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
+    """``queued|started → paused``: no new snapshot starts; those in flight finish their stages."""
+    return (
+        s.execute(
+            update(Crawl)
+            .where(Crawl.id == crawl_id, Crawl.status.in_((QUEUED, STARTED)))
+            .values(status=PAUSED, retry_at=None, modified_at=now)
+        ).rowcount
+        == 1
+    )
+
+
+def resume_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
+    """``paused → started`` (or ``queued`` when it never seeded), due now."""
+    has_snapshots = s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.crawl_id == crawl_id))
+    return (
+        s.execute(
+            update(Crawl)
+            .where(Crawl.id == crawl_id, Crawl.status == PAUSED)
+            .values(status=STARTED if has_snapshots else QUEUED, retry_at=now, modified_at=now)
+        ).rowcount
+        == 1
+    )
+
+
+def cancel_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
+    """Seal a crawl now: its queued snapshots are sealed unarchived; started ones finish."""
+    cancelled = (
+        s.execute(
+            update(Crawl)
+            .where(Crawl.id == crawl_id, Crawl.status.in_((QUEUED, STARTED, PAUSED)))
+            .values(status=SEALED, retry_at=None, modified_at=now)
+        ).rowcount
+        == 1
+    )
+    if cancelled:
+        s.execute(
+            update(Snapshot)
+            .where(Snapshot.crawl_id == crawl_id, Snapshot.status == QUEUED)
+            .values(status=SEALED, retry_at=None, modified_at=now)
+        )
+    return cancelled

@@ -24,33 +24,47 @@ import os
 import socket
 from datetime import datetime, timedelta
 
+import httpx
 import msgspec
 from nats.js import JetStreamContext
 
+from boxcar.crawl_runner import feeds
 from boxcar.crawl_runner import queries as q
 from boxcar.crawl_runner.planner import Plan, plan_for
 from boxcar.shared import bus, telemetry
+from boxcar.shared.admission import Candidate, admit, config_flag
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import FINALIZE_STAGE, Crawl, Snapshot, SnapshotTask, utcnow
 from boxcar.shared.families import FamilyTable, load_families
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import (
+    CrawlControl,
     CrawlEvent,
     HookTask,
     ResultSummary,
+    ScheduleControl,
     SnapshotEvent,
     SnapshotInfo,
     TaskCompleted,
     decode,
 )
 from boxcar.shared.plugins import PluginCatalog, get_catalog
+from boxcar.shared.schedules import backoff, next_run
 from boxcar.shared.settings import Settings
-from boxcar.shared.urls import InvalidURL, canonicalize
+from boxcar.shared.urls import InvalidURL, UrlFilter, canonicalize
 
 log = logging.getLogger("boxcar.crawl_runner")
 tracer = telemetry.tracer("boxcar.crawl_runner")
 
 STALE_PLANNED_AFTER = timedelta(seconds=20)
+
+
+def seed_snapshot(seed: dict) -> q.NewSnapshot:
+    """A ``Crawl.seeds`` entry (canonical URL, optional title/tags/ISO date) as a snapshot to create."""
+    when = seed.get("bookmarked_at")
+    return q.NewSnapshot(
+        seed["url"], seed.get("title"), seed.get("tags") or [], datetime.fromisoformat(when) if when else None
+    )
 
 
 class CrawlRunner:
@@ -70,6 +84,7 @@ class CrawlRunner:
         self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-6:]}"
         self.snapshot_lease = timedelta(seconds=settings.snapshot_lease_seconds)
         self.crawl_lease = timedelta(seconds=settings.crawl_lease_seconds)
+        self.feed_lease = timedelta(seconds=120)  # longer than one feed fetch can take
         self._plans: dict[str, Plan] = {}
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
@@ -84,17 +99,22 @@ class CrawlRunner:
         await bus.ensure_streams(self.js)
         await bus.ensure_consumer(self.js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER, bus.SUBJECT_TASK_COMPLETED_ALL)
         await bus.ensure_consumer(self.js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER, bus.MAX_DELIVERIES_ADVISORY)
+        await bus.ensure_consumer(self.js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER, "control.>")
         await nc.subscribe(bus.SUBJECT_CRAWL_QUEUED, cb=self._on_wakeup)
         completions = await bus.pull(self.js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER)
         dead = await bus.pull(self.js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER)
+        control = await bus.pull(self.js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER)
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0), follow_redirects=True)
         log.info("crawl-runner %s ready", self.runner_id)
         try:
             await asyncio.gather(
                 self._poll_loop(),
                 self._consume(completions, self._on_completed),
                 self._consume(dead, self._on_dead_task),
+                self._consume(control, self._on_control),
             )
         finally:
+            await self.http.aclose()
             await nc.close()
 
     def stop(self) -> None:
@@ -136,7 +156,8 @@ class CrawlRunner:
                     await msg.nak(delay=2)
 
     async def tick(self) -> None:
-        """One pass over every kind of due row (also what tests call to step the runner)."""
+        """One pass over every kind of due row."""
+        await self._poll_due_feeds()
         for step in (
             self._start_due_crawls,
             self._start_due_snapshots,
@@ -205,19 +226,9 @@ class CrawlRunner:
         items = []
         for seed in crawl.seeds or []:
             try:
-                url = canonicalize(seed["url"])
-            except (InvalidURL, KeyError, TypeError):
+                items.append(seed_snapshot({**seed, "url": canonicalize(seed["url"])}))
+            except (InvalidURL, KeyError, TypeError, ValueError):
                 log.warning("crawl %s: skipping invalid seed %r", crawl.id, seed)
-                continue
-            bookmarked = seed.get("bookmarked_at")
-            items.append(
-                q.NewSnapshot(
-                    url,
-                    seed.get("title"),
-                    seed.get("tags") or [],
-                    datetime.fromisoformat(bookmarked) if bookmarked else None,
-                )
-            )
         return items
 
     def _max_urls(self, crawl: Crawl) -> int:
@@ -321,6 +332,144 @@ class CrawlRunner:
                     out.append(self._task_message(s, crawl, snap, task))
         return out
 
+    # ------------------------------------------------------------------ feeds
+
+    async def _poll_due_feeds(self) -> None:
+        """Poll every due feed subscription once (each claimed, so replicas never poll one twice)."""
+        now = utcnow()
+
+        def due():
+            with self.db.read() as s:
+                return q.due_schedules(s, now)
+
+        def claim(schedule_id: str, status: str, seen: datetime):
+            with self.db.write() as s:
+                return q.claim_schedule(s, schedule_id, status, seen, now, self.feed_lease)
+
+        for schedule_id, status, seen in await asyncio.to_thread(due):
+            schedule = await asyncio.to_thread(claim, schedule_id, status, seen)
+            if schedule is None or not schedule.feed_url:
+                continue
+            lease_until = schedule.retry_at
+            with tracer.start_as_current_span("feed.poll") as span:
+                span.set_attribute("url.full", schedule.feed_url)
+                span.set_attribute("boxcar.schedule_id", schedule.id)
+                try:
+                    response = await feeds.fetch_feed(
+                        self.http, schedule.feed_url, schedule.etag, schedule.last_modified
+                    )
+                    keyed = [] if response.not_modified else feeds.feed_entries(response.content)[1]
+                except Exception as exc:  # network, HTTP status, not a feed: the schedule shows why
+                    reason = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc)
+                    log.warning("feed %s (%s) failed: %s", schedule.id, schedule.feed_url, reason)
+                    await asyncio.to_thread(self._record_feed_failure, schedule, lease_until, reason)
+                    continue
+                created = await asyncio.to_thread(self._record_feed_poll, schedule, lease_until, response, keyed)
+                if created:
+                    log.info("feed %s: %d new item(s) → crawl %s", schedule.id, created[1], created[0])
+                    self._wake.set()
+
+    def _record_feed_poll(
+        self, schedule, lease_until: datetime, response: feeds.FeedResponse, keyed: list
+    ) -> tuple[str, int] | None:
+        """Record a successful poll: new items become one crawl; returns ``(crawl_id, n)`` or None."""
+        now = utcnow()
+        template = schedule.template or {}
+        config = {k: str(v) for k, v in (template.get("config") or {}).items()}
+        with self.db.write() as s:
+            fresh = q.unseen_feed_keys(s, schedule.id, {k: e.url for k, e in keyed})
+            entries = list({k: e for k, e in keyed if k in fresh}.items())
+            try:
+                url_filter = UrlFilter.from_config(config, self.settings.url_allowlist, self.settings.url_denylist)
+            except ValueError:
+                url_filter = UrlFilter()
+            tags = list(template.get("tags") or [])
+            admission = admit(
+                s,
+                [
+                    (
+                        f"item {i + 1}",
+                        Candidate(url=e.url, title=e.title, tags=tags + list(e.tags), bookmarked_at=e.bookmarked_at),
+                    )
+                    for i, (_, e) in enumerate(entries)
+                ],
+                url_filter=url_filter,
+                only_new=config_flag(config, "ONLY_NEW", self.settings.only_new),
+            )
+            crawl = None
+            if admission.seeds:
+                crawl = Crawl.new(
+                    user=schedule.created_by,
+                    seeds=admission.seeds,
+                    now=now,
+                    max_depth=int(template.get("max_depth") or 0),
+                    tags_str=",".join(tags),
+                    plugins=list(template.get("plugins") or []),
+                    config=config,
+                    label=f"feed: {schedule.label or schedule.feed_url}"[:256],
+                    schedule_id=schedule.id,
+                    trace_context=telemetry.current_carrier(),
+                )
+                s.add(crawl)
+                s.flush()
+            q.record_feed_items(s, schedule.id, {k: e.url for k, e in entries}, crawl.id if crawl else None, now)
+            extra = {"last_run_at": now} if crawl else {}
+            if not q.finish_schedule_poll(
+                s,
+                schedule,
+                lease_until,
+                now,
+                next_run(schedule.schedule, now),
+                etag=response.etag,
+                last_modified=response.last_modified,
+                failures=0,
+                last_error="",
+                **extra,
+            ):
+                s.rollback()  # paused, deleted or taken over while we fetched: its next poll redoes this
+                return None
+        return (crawl.id, len(admission.seeds)) if crawl else None
+
+    def _record_feed_failure(self, schedule, lease_until: datetime, reason: str) -> None:
+        now = utcnow()
+        failures = schedule.failures + 1
+        with self.db.write() as s:
+            q.finish_schedule_poll(
+                s, schedule, lease_until, now, now + backoff(failures), failures=failures, last_error=reason[:2000]
+            )
+
+    # ------------------------------------------------------------------ control
+
+    async def _on_control(self, msg) -> None:
+        """Apply a user's pause/resume/cancel/poll request (conditional updates, idempotent)."""
+        kind = msg.subject.split(".")[1] if msg.subject.count(".") >= 2 else ""
+        now = utcnow()
+        try:
+            if kind == "crawl":
+                request = decode(msg.data, CrawlControl)
+                action = {"pause": q.pause_crawl, "resume": q.resume_crawl, "cancel": q.cancel_crawl}[request.action]
+                target = request.crawl_id
+            elif kind == "schedule":
+                request = decode(msg.data, ScheduleControl)
+                action = {"poll": q.request_schedule_poll, "pause": q.pause_schedule, "resume": q.resume_schedule}[
+                    request.action
+                ]
+                target = request.schedule_id
+            else:
+                log.error("dropping control message on unknown subject %s", msg.subject)
+                return
+        except msgspec.ValidationError as exc:
+            log.error("dropping malformed control message on %s: %s", msg.subject, exc)
+            return
+
+        def apply() -> bool:
+            with self.db.write() as s:
+                return action(s, target, now)
+
+        changed = await asyncio.to_thread(apply)
+        log.info("%s %s %s: %s", kind, target, request.action, "done" if changed else "nothing to change")
+        self._wake.set()
+
     # ------------------------------------------------------------------ completions
 
     async def _on_completed(self, msg) -> None:
@@ -390,16 +539,24 @@ class CrawlRunner:
             return self._advance(s, crawl, snap, now)
 
     def _add_discovered(self, s, crawl: Crawl, snap: Snapshot, event: TaskCompleted, now: datetime) -> None:
-        items, seen = [], {snap.url}
-        for found in event.discovered:
-            try:
-                url = canonicalize(found.url)
-            except InvalidURL:
-                continue
-            if url in seen:
-                continue
-            seen.add(url)
-            items.append(q.NewSnapshot(url, found.title, found.tags, found.bookmarked_at))
+        """Queue the URLs a snapshot's hooks found, as children one level deeper (URL policy applied)."""
+        config = crawl.config or {}
+        try:
+            url_filter = UrlFilter.from_config(config, self.settings.url_allowlist, self.settings.url_denylist)
+        except ValueError as exc:
+            log.error("crawl %s: %s; discovered URLs not filtered", crawl.id, exc)
+            url_filter = UrlFilter()
+        candidates = [
+            (
+                found.plugin or "hook",
+                Candidate(url=found.url, title=found.title, tags=found.tags, bookmarked_at=found.bookmarked_at),
+            )
+            for found in event.discovered
+        ]
+        admission = admit(
+            s, candidates, url_filter=url_filter, only_new=config_flag(config, "ONLY_NEW", self.settings.only_new)
+        )
+        items = [seed_snapshot(seed) for seed in admission.seeds if seed["url"] != snap.url]
         created = q.insert_snapshots(
             s,
             crawl,

@@ -7,12 +7,20 @@ import logging
 from contextlib import asynccontextmanager
 
 import anyio.to_thread
-from litestar import Litestar, get
+from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi import OpenAPIConfig
 
-from boxcar.ingest.controllers import CrawlController, SnapshotController
+from boxcar.ingest.controllers import (
+    CrawlControlController,
+    CrawlController,
+    FeedController,
+    ImportController,
+    SnapshotController,
+)
+from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.services import CrawlService
 from boxcar.shared import bus
 from boxcar.shared.db import Database
@@ -41,6 +49,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     own_db = db is None
     db = db or Database(settings.sqlalchemy_url)
     service = CrawlService(db, settings, get_catalog(), load_families())
+    feeds = FeedService(service)
 
     async def connect_nats(app: Litestar) -> None:
         # In the background: the API serves (and runners poll the database) while NATS is away.
@@ -62,9 +71,28 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             if own_db:
                 db.dispose()
 
+    def too_large(_: Request, exc: RequestEntityTooLarge) -> Response:
+        limit = settings.max_request_body / (1024 * 1024)
+        return Response(
+            {"status_code": 413, "detail": f"request body larger than the {limit:g} MiB limit (MAX_REQUEST_BODY)"},
+            status_code=413,
+        )
+
     return Litestar(
-        route_handlers=[CrawlController, SnapshotController, health],
-        dependencies={"crawl_service": Provide(lambda: service, sync_to_thread=False)},
+        route_handlers=[
+            CrawlController,
+            CrawlControlController,
+            SnapshotController,
+            ImportController,
+            FeedController,
+            health,
+        ],
+        exception_handlers={RequestEntityTooLarge: too_large},
+        state=State({"db": db, "public_reads": settings.public_reads}),
+        dependencies={
+            "crawl_service": Provide(lambda: service, sync_to_thread=False),
+            "feed_service": Provide(lambda: feeds, sync_to_thread=False),
+        },
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="Boxcar",

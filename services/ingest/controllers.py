@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import anyio.to_thread
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, delete, get, patch, post
+from litestar.datastructures import UploadFile
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
-from litestar.params import FromPath, JSONBody, QueryParameter
-from litestar.status_codes import HTTP_201_CREATED, HTTP_422_UNPROCESSABLE_ENTITY
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
+from litestar.params import FromPath, JSONBody, PathParameter, QueryParameter
+from litestar.status_codes import (
+    HTTP_201_CREATED,
+    HTTP_202_ACCEPTED,
+    HTTP_422_UNPROCESSABLE_ENTITY,
+    HTTP_503_SERVICE_UNAVAILABLE,
+)
 
-from boxcar.ingest.schemas import CrawlCreate, CrawlCreated, CrawlStatus, SnapshotPage
+from boxcar.ingest.auth import require_read_access, require_token
+from boxcar.ingest.feeds import FeedService
+from boxcar.ingest.schemas import (
+    ControlAccepted,
+    CrawlCreate,
+    CrawlCreated,
+    CrawlStatus,
+    FeedCreate,
+    FeedOut,
+    FeedUpdate,
+    ImportCounts,
+    ImportCreated,
+    SnapshotPage,
+)
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.shared import bus
-from boxcar.shared.messages import CrawlQueued, encode
+from boxcar.shared.messages import CrawlControl, CrawlQueued, ScheduleControl, encode
+
+SECURITY = [{"BearerToken": []}, {"ApiKey": []}]
 
 
 def unprocessable(exc: InputError) -> HTTPException:
@@ -32,7 +55,7 @@ class CrawlController(Controller):
     path = "/api/v1/crawls"
     tags = ["crawls"]
 
-    @post("/", operation_id="CreateCrawl", status_code=HTTP_201_CREATED)
+    @post("/", operation_id="CreateCrawl", status_code=HTTP_201_CREATED, guards=[require_token], security=SECURITY)
     async def create_crawl(
         self, request: Request, data: JSONBody[CrawlCreate], crawl_service: NamedDependency[CrawlService]
     ) -> CrawlCreated:
@@ -40,19 +63,28 @@ class CrawlController(Controller):
 
         Args:
             data: URLs (strings, or objects with url/title/tags/bookmarked_at), tags, max_depth
-                (0–4), plugins (default: the server's PLUGINS), config overrides, label.
+                (0–4), plugins (default: the server's PLUGINS), config overrides, label, only_new.
 
         Returns:
-            The new crawl's id; follow it with ``GET /api/v1/crawls/{id}``.
+            The new crawl's id; follow it with ``GET /api/v1/crawls/{id}``. ``urls`` counts the
+            URLs queued after merging duplicates and skipping ones archived before (``only_new``).
         """
         try:
-            crawl = await anyio.to_thread.run_sync(crawl_service.create_crawl, data)
+            crawl, admission = await anyio.to_thread.run_sync(crawl_service.create_crawl, data)
         except InputError as exc:
             raise unprocessable(exc) from None
         await wake_runners(request, crawl.id)
-        return CrawlCreated(id=crawl.id, status=crawl.status, urls=len(crawl.seeds))
+        return CrawlCreated(
+            id=crawl.id,
+            status=crawl.status,
+            urls=len(crawl.seeds),
+            duplicates=admission.duplicates,
+            skipped_existing=admission.skipped_existing,
+        )
 
-    @get("/{crawl_id:str}", operation_id="GetCrawl", sync_to_thread=True)
+    @get(
+        "/{crawl_id:str}", operation_id="GetCrawl", sync_to_thread=True, guards=[require_read_access], security=SECURITY
+    )
     def get_crawl(self, crawl_id: FromPath[str], crawl_service: NamedDependency[CrawlService]) -> CrawlStatus:
         """A crawl's status with its snapshots and results counted by status.
 
@@ -70,7 +102,7 @@ class SnapshotController(Controller):
     path = "/api/v1/snapshots"
     tags = ["snapshots"]
 
-    @get("/", operation_id="ListSnapshots", sync_to_thread=True)
+    @get("/", operation_id="ListSnapshots", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
     def list_snapshots(
         self,
         crawl_service: NamedDependency[CrawlService],
@@ -80,3 +112,272 @@ class SnapshotController(Controller):
     ) -> SnapshotPage:
         """Snapshots, oldest first, each with its ArchiveResults and tags."""
         return crawl_service.list_snapshots(crawl_id, limit, offset)
+
+
+@dataclass
+class ImportOperation(Operation):
+    """OpenAPI for ``POST /api/v1/imports``: a multipart upload or the file as the raw body."""
+
+    def __post_init__(self) -> None:
+        self.request_body = RequestBody(
+            required=True,
+            description="The export file: multipart field `file` (other fields as the query "
+            "parameters), or the file itself as the body.",
+            content={
+                "multipart/form-data": OpenAPIMediaType(
+                    schema=Schema(
+                        type=OpenAPIType.OBJECT,
+                        required=["file"],
+                        properties={
+                            "file": Schema(type=OpenAPIType.STRING, format="binary"),
+                            "format": Schema(type=OpenAPIType.STRING),
+                            "tags": Schema(type=OpenAPIType.STRING),
+                            "max_depth": Schema(type=OpenAPIType.INTEGER, minimum=0, maximum=4),
+                        },
+                    )
+                ),
+                "application/octet-stream": OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING, format="binary")),
+                "text/plain": OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING)),
+            },
+        )
+
+
+@dataclass
+class ImportParams:
+    format: str | None = None
+    tags: list[str] = field(default_factory=list)
+    max_depth: int = 0
+    plugins: list[str] = field(default_factory=list)
+    only_new: bool | None = None
+    folder_tags: bool = False
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _flag(value: str | None, name: str) -> bool | None:
+    if value in (None, ""):
+        return None
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise InputError(name, f"expected true or false, got {value[:20]!r}")
+
+
+class ImportController(Controller):
+    path = "/api/v1/imports"
+    tags = ["imports"]
+
+    @post(
+        "/",
+        operation_id="ImportFile",
+        status_code=HTTP_201_CREATED,
+        guards=[require_token],
+        security=SECURITY,
+        operation_class=ImportOperation,
+    )
+    async def import_file(
+        self,
+        request: Request,
+        crawl_service: NamedDependency[CrawlService],
+        format: Annotated[str | None, QueryParameter(description="format name; default: detect from content")] = None,
+        tags: Annotated[str | None, QueryParameter(description="comma-separated tags for every entry")] = None,
+        max_depth: Annotated[int, QueryParameter(ge=0, le=4)] = 0,
+        plugins: Annotated[str | None, QueryParameter(description="comma-separated plugins")] = None,
+        only_new: Annotated[str | None, QueryParameter(description="skip URLs archived before (true/false)")] = None,
+        folder_tags: Annotated[bool, QueryParameter(description="bookmark folders become tags")] = False,
+    ) -> ImportCreated:
+        """Import a bookmark export, feed, history export, CSV/JSON/JSONL, text or markdown file.
+
+        One crawl is created with every entry's URL, title, tags and date; the file is kept
+        verbatim under ``sources/``. One bad entry never drops the others: rejected entries are
+        counted and the first 50 listed with their reasons.
+
+        Returns:
+            The crawl id, the format used, counts, and the first rejected entries.
+        """
+        try:
+            data, params = await self._read(
+                request,
+                ImportParams(
+                    format=format,
+                    tags=_split(tags),
+                    max_depth=max_depth,
+                    plugins=_split(plugins),
+                    only_new=_flag(only_new, "only_new"),
+                    folder_tags=folder_tags,
+                ),
+            )
+            outcome = await anyio.to_thread.run_sync(
+                lambda: crawl_service.create_import(
+                    data,
+                    format=params.format,
+                    tags=params.tags,
+                    max_depth=params.max_depth,
+                    plugins=params.plugins,
+                    only_new=params.only_new,
+                    folder_tags=params.folder_tags,
+                )
+            )
+        except InputError as exc:
+            raise unprocessable(exc) from None
+        await wake_runners(request, outcome.crawl.id)
+        admission = outcome.admission
+        return ImportCreated(
+            crawl_id=outcome.crawl.id,
+            format=outcome.format,
+            rejected=outcome.rejected[:50],
+            counts=ImportCounts(
+                entries=outcome.entries_seen,
+                accepted=len(admission.seeds),
+                duplicates=admission.duplicates,
+                rejected=len(outcome.rejected),
+                skipped_existing=admission.skipped_existing,
+            ),
+        )
+
+    @staticmethod
+    async def _read(request: Request, params: ImportParams) -> tuple[bytes, ImportParams]:
+        if request.content_type[0] == "multipart/form-data":
+            form = await request.form()
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise InputError("file", "multipart upload needs a `file` field")
+            data = await upload.read()
+            if "format" in form:
+                params.format = str(form["format"]) or None
+            if "tags" in form:
+                params.tags = _split(str(form["tags"]))
+            if "plugins" in form:
+                params.plugins = _split(str(form["plugins"]))
+            if "max_depth" in form:
+                try:
+                    params.max_depth = int(form["max_depth"])
+                except ValueError:
+                    raise InputError("max_depth", "must be an integer 0–4") from None
+                if not 0 <= params.max_depth <= 4:
+                    raise InputError("max_depth", "must be 0–4")
+            if "only_new" in form:
+                params.only_new = _flag(str(form["only_new"]), "only_new")
+        else:
+            data = await request.body()
+        if not data.strip():
+            raise InputError("file", "empty upload")
+        return data, params
+
+
+async def send_control(request: Request, kind: str, target: str, msg) -> None:
+    """Queue a control request for the crawl-runner on the CONTROL stream.
+
+    Raises:
+        HTTPException 503: NATS is unreachable (nothing was changed; try again).
+    """
+    nc = getattr(request.app.state, "nats", None)
+    if nc is None or not nc.is_connected:
+        raise HTTPException(status_code=HTTP_503_SERVICE_UNAVAILABLE, detail="message bus unavailable; try again")
+    await bus.publish(nc.jetstream(), bus.control_subject(kind, target), msg)
+
+
+class CrawlControlController(Controller):
+    path = "/api/v1/crawls/{crawl_id:str}"
+    tags = ["crawls"]
+
+    @post(
+        "/{action:str}",
+        operation_id="ControlCrawl",
+        status_code=HTTP_202_ACCEPTED,
+        guards=[require_token],
+        security=SECURITY,
+    )
+    async def control(
+        self,
+        request: Request,
+        crawl_id: FromPath[str],
+        action: Annotated[Literal["pause", "resume", "cancel"], PathParameter()],
+        crawl_service: NamedDependency[CrawlService],
+    ) -> ControlAccepted:
+        """Pause (no new snapshot starts), resume, or cancel (seal now) a crawl.
+
+        Returns:
+            202: the crawl-runner applies it within a second; follow ``GET /api/v1/crawls/{id}``.
+        """
+        if await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id) is None:
+            raise NotFoundException(f"no crawl {crawl_id}")
+        await send_control(request, "crawl", crawl_id, CrawlControl(crawl_id=crawl_id, action=action))
+        return ControlAccepted(id=crawl_id, action=action)
+
+
+class FeedController(Controller):
+    path = "/api/v1/feeds"
+    tags = ["feeds"]
+
+    @post("/", operation_id="CreateFeed", status_code=HTTP_201_CREATED, guards=[require_token], security=SECURITY)
+    async def create_feed(
+        self, request: Request, data: JSONBody[FeedCreate], feed_service: NamedDependency[FeedService]
+    ) -> FeedOut:
+        """Subscribe to an RSS, Atom or JSON feed: polled on ``schedule`` (first poll now); each
+        poll archives the items not seen before (by GUID, else link)."""
+        try:
+            feed = await anyio.to_thread.run_sync(feed_service.create, data)
+        except InputError as exc:
+            raise unprocessable(exc) from None
+        await wake_runners(request, feed.id)
+        return feed
+
+    @get("/", operation_id="ListFeeds", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
+    def list_feeds(self, feed_service: NamedDependency[FeedService]) -> list[FeedOut]:
+        """Every feed subscription with its polling state (last error, next poll, items seen)."""
+        return feed_service.list()
+
+    @get("/{feed_id:str}", operation_id="GetFeed", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
+    def get_feed(self, feed_id: FromPath[str], feed_service: NamedDependency[FeedService]) -> FeedOut:
+        """One feed subscription."""
+        feed = feed_service.get(feed_id)
+        if feed is None:
+            raise NotFoundException(f"no feed {feed_id}")
+        return feed
+
+    @patch("/{feed_id:str}", operation_id="UpdateFeed", guards=[require_token], security=SECURITY)
+    async def update_feed(
+        self, feed_id: FromPath[str], data: JSONBody[FeedUpdate], feed_service: NamedDependency[FeedService]
+    ) -> FeedOut:
+        """Change a subscription's schedule, tags, depth, plugins, label or config."""
+        try:
+            feed = await anyio.to_thread.run_sync(feed_service.update, feed_id, data)
+        except InputError as exc:
+            raise unprocessable(exc) from None
+        if feed is None:
+            raise NotFoundException(f"no feed {feed_id}")
+        return feed
+
+    @delete("/{feed_id:str}", operation_id="DeleteFeed", guards=[require_token], security=SECURITY)
+    async def delete_feed(self, feed_id: FromPath[str], feed_service: NamedDependency[FeedService]) -> None:
+        """Unsubscribe (crawls already made stay)."""
+        if not await anyio.to_thread.run_sync(feed_service.delete, feed_id):
+            raise NotFoundException(f"no feed {feed_id}")
+
+    @post(
+        "/{feed_id:str}/{action:str}",
+        operation_id="ControlFeed",
+        status_code=HTTP_202_ACCEPTED,
+        guards=[require_token],
+        security=SECURITY,
+    )
+    async def control(
+        self,
+        request: Request,
+        feed_id: FromPath[str],
+        action: Annotated[Literal["poll", "pause", "resume"], PathParameter()],
+        feed_service: NamedDependency[FeedService],
+    ) -> ControlAccepted:
+        """Poll now, pause or resume a subscription (applied by the crawl-runner).
+
+        Returns:
+            202: follow ``GET /api/v1/feeds/{id}``.
+        """
+        if await anyio.to_thread.run_sync(feed_service.get, feed_id) is None:
+            raise NotFoundException(f"no feed {feed_id}")
+        await send_control(request, "schedule", feed_id, ScheduleControl(schedule_id=feed_id, action=action))
+        return ControlAccepted(id=feed_id, action=action)

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from boxcar.shared.admission import Rejection
+
 MaxDepth = Annotated[int, msgspec.Meta(ge=0, le=4, description="How many link hops to follow (0–4)")]
 
 
@@ -28,12 +30,30 @@ class CrawlCreate(msgspec.Struct, forbid_unknown_fields=True):
     plugins: list[str] = []
     config: dict[str, str | int | float | bool] = {}
     label: str = ""
+    only_new: bool | None = None  # skip URLs archived before (default: the ONLY_NEW setting)
 
 
 class CrawlCreated(msgspec.Struct):
     id: str
     status: str
     urls: int
+    duplicates: int = 0
+    skipped_existing: int = 0
+
+
+class ImportCounts(msgspec.Struct):
+    entries: int  # records seen in the file
+    accepted: int  # URLs queued
+    duplicates: int  # entries merged into another with the same URL
+    rejected: int  # entries not queued (bad URL, filtered)
+    skipped_existing: int  # already archived (ONLY_NEW)
+
+
+class ImportCreated(msgspec.Struct):
+    crawl_id: str
+    format: str
+    counts: ImportCounts
+    rejected: list[Rejection]  # the first 50
 
 
 class CrawlStatus(msgspec.Struct):
@@ -84,3 +104,55 @@ class SnapshotOut(msgspec.Struct):
 class SnapshotPage(msgspec.Struct):
     total: int
     items: list[SnapshotOut]
+
+
+class FeedCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /api/v1/feeds``: subscribe to an RSS/Atom/JSON feed."""
+
+    url: str
+    schedule: str = "hourly"  # hourly, daily, weekly, monthly, yearly, or a cron expression
+    tags: list[str] = []
+    max_depth: MaxDepth = 0
+    plugins: list[str] = []
+    label: str = ""
+    config: dict[str, str | int | float | bool] = {}
+
+
+class FeedUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """``PATCH /api/v1/feeds/{id}``: change what a subscription archives and how often."""
+
+    schedule: str | None = None
+    tags: list[str] | None = None
+    max_depth: MaxDepth | None = None
+    plugins: list[str] | None = None
+    label: str | None = None
+    config: dict[str, str | int | float | bool] | None = None
+
+
+class FeedOut(msgspec.Struct):
+    """A feed subscription and how its polling goes."""
+
+    id: str
+    url: str
+    schedule: str
+    label: str
+    tags: list[str]
+    max_depth: int
+    plugins: list[str]
+    status: str  # queued (active), started (being polled), paused
+    next_poll_at: datetime | None
+    last_polled_at: datetime | None
+    last_run_at: datetime | None
+    last_error: str
+    failures: int
+    items_seen: int
+    crawls: int
+    created_at: datetime
+
+
+class ControlAccepted(msgspec.Struct):
+    """A pause/resume/cancel/poll request was queued for the crawl-runner."""
+
+    id: str
+    action: str
+    status: str = "requested"

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import func, select
 
-from boxcar.ingest.schemas import CrawlCreate, CrawlStatus, ResultOut, SeedIn, SnapshotOut, SnapshotPage
-from boxcar.shared import storage, telemetry
+from boxcar.ingest.schemas import (
+    CrawlCreate,
+    CrawlStatus,
+    ResultOut,
+    SeedIn,
+    SnapshotOut,
+    SnapshotPage,
+)
+from boxcar.shared import importers, storage, telemetry
+from boxcar.shared.admission import Admission, Candidate, PolicyError, Rejection, admit, clean_tags
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import (
-    QUEUED,
     SEALED,
     ArchiveResult,
     Crawl,
@@ -19,10 +28,9 @@ from boxcar.shared.db.models import (
     utcnow,
 )
 from boxcar.shared.families import FamilyTable
-from boxcar.shared.ids import new_id
 from boxcar.shared.plugins import PluginCatalog
 from boxcar.shared.settings import Settings
-from boxcar.shared.urls import InvalidURL, canonicalize
+from boxcar.shared.urls import UrlFilter
 
 
 class InputError(ValueError):
@@ -33,11 +41,36 @@ class InputError(ValueError):
         self.field = field
 
 
-def clean_tags(tags: list[str]) -> list[str]:
-    """Trimmed, de-duplicated tag names (order kept). A tag is never split into letters."""
-    if isinstance(tags, str):  # defensive: a bare string is one tag, not a list of characters
-        tags = [tags]
-    return list(dict.fromkeys(t.strip()[:100] for t in tags if t and t.strip()))
+@dataclass
+class ImportOutcome:
+    crawl: Crawl
+    format: str
+    admission: Admission
+    rejected: list[Rejection]
+    entries_seen: int
+
+
+def _candidate(item: str | SeedIn) -> Candidate:
+    if isinstance(item, SeedIn):
+        return Candidate(url=item.url, title=item.title, tags=item.tags, bookmarked_at=item.bookmarked_at)
+    return Candidate(url=item)
+
+
+def _extension(format_name: str) -> str:
+    for needle, ext in (
+        ("html", "html"),
+        ("csv", "csv"),
+        ("jsonl", "jsonl"),
+        ("json", "json"),
+        ("xml", "xml"),
+        ("rss", "xml"),
+        ("atom", "xml"),
+        ("feed", "xml"),
+        ("markdown", "md"),
+    ):
+        if needle in format_name:
+            return ext
+    return "txt"
 
 
 class CrawlService:
@@ -66,52 +99,141 @@ class CrawlService:
             raise InputError("plugins", f"no executor family runs {', '.join(unrunnable)}")
         return names
 
-    def create_crawl(self, body: CrawlCreate) -> Crawl:
+    def url_filter(self, config: dict[str, str]) -> UrlFilter:
+        """The crawl's allow/deny lists (its config overrides the settings).
+
+        Raises:
+            InputError: a list holds an invalid regex.
+        """
+        try:
+            return UrlFilter.from_config(config, self.settings.url_allowlist, self.settings.url_denylist)
+        except ValueError as exc:
+            raise InputError("config", str(exc)) from None
+
+    def admit(self, items, *, strict: bool, only_new: bool, url_filter: UrlFilter) -> Admission:
+        """``boxcar.shared.admission.admit`` in a read transaction; policy errors become InputError."""
+        with self.db.read() as s:
+            try:
+                return admit(s, items, url_filter=url_filter, only_new=only_new, strict=strict)
+            except PolicyError as exc:
+                raise InputError(exc.where, str(exc).split(": ", 1)[1]) from None
+
+    def create_crawl(self, body: CrawlCreate) -> tuple[Crawl, Admission]:
         """Validate and store a new queued crawl (due now).
 
         Raises:
-            InputError: an invalid URL (named with its index) or plugin.
+            InputError: an invalid or filtered URL (named with its index), plugin or config.
         """
-        seeds, seen = [], set()
-        for i, item in enumerate(body.urls):
-            seed = item if isinstance(item, SeedIn) else SeedIn(url=item)
-            try:
-                url = canonicalize(seed.url)
-            except InvalidURL as exc:
-                raise InputError(f"urls[{i}]", f"{exc.reason}: {seed.url[:300]}") from None
-            if url in seen:
-                continue
-            seen.add(url)
-            entry = {"url": url, "tags": clean_tags(seed.tags)}
-            if seed.title:
-                entry["title"] = seed.title.strip()[:512]
-            if seed.bookmarked_at:
-                entry["bookmarked_at"] = seed.bookmarked_at.isoformat()
-            seeds.append(entry)
+        config = {k: str(v) for k, v in body.config.items()}
+        only_new = self.settings.only_new if body.only_new is None else body.only_new
+        admission = self.admit(
+            ((f"urls[{i}]", _candidate(item)) for i, item in enumerate(body.urls)),
+            strict=True,
+            only_new=only_new,
+            url_filter=self.url_filter(config),
+        )
         plugins = self.validate_plugins(body.plugins) if body.plugins else []
+        crawl = self.insert_crawl(
+            admission.seeds,
+            tags=body.tags,
+            max_depth=body.max_depth,
+            plugins=plugins,
+            config={**config, "ONLY_NEW": str(only_new)},
+            label=body.label,
+        )
+        return crawl, admission
+
+    def insert_crawl(
+        self,
+        seeds: list[dict],
+        *,
+        tags: list[str],
+        max_depth: int,
+        plugins: list[str],
+        config: dict[str, str],
+        label: str = "",
+        source: tuple[bytes, str] | None = None,
+        first_url: str = "",
+    ) -> Crawl:
+        """Store a queued crawl, due now, in the current trace; ``source`` = (bytes, extension) of an
+        imported file to keep verbatim under ``sources/``."""
         now = utcnow()
-        crawl_id = new_id()
         with telemetry.tracer("boxcar.ingest").start_as_current_span("crawl") as span:
-            span.set_attribute("boxcar.crawl_id", crawl_id)
-            crawl = Crawl(
-                id=crawl_id,
-                created_at=now,
-                modified_at=now,
-                created_by=self.settings.archive_user,
-                status=QUEUED,
-                retry_at=now,
+            crawl = Crawl.new(
+                user=self.settings.archive_user,
                 seeds=seeds,
-                max_depth=body.max_depth,
-                tags_str=",".join(clean_tags(body.tags)),
+                first_url=first_url,
+                now=now,
+                max_depth=max_depth,
+                tags_str=",".join(clean_tags(tags)),
                 plugins=plugins,
-                config={k: str(v) for k, v in body.config.items()},
-                label=body.label[:256],
-                output_dir=storage.crawl_dir(self.settings.archive_user, now, seeds[0]["url"], crawl_id),
+                config=config,
+                label=label[:256],
                 trace_context=telemetry.current_carrier(),
             )
+            span.set_attribute("boxcar.crawl_id", crawl.id)
+            if source is not None:
+                crawl.source_file = storage.source_path(now, crawl.id, source[1])
+                storage.write_atomic(self.settings.data_dir / crawl.source_file, source[0])
             with self.db.write() as s:
                 s.add(crawl)
         return crawl
+
+    def create_import(
+        self,
+        data: bytes,
+        *,
+        format: str | None,
+        tags: list[str],
+        max_depth: int,
+        plugins: list[str],
+        only_new: bool | None,
+        folder_tags: bool = False,
+    ) -> ImportOutcome:
+        """Parse an uploaded export and queue a crawl of its entries; the file is kept in ``sources/``.
+
+        Raises:
+            InputError: unknown format, no URL found (the message names the format tried), bad
+                plugin selection.
+        """
+        try:
+            parsed = importers.parse(data, format, folder_tags=folder_tags)
+        except importers.UnknownFormat:
+            raise InputError("format", f"unknown format {format!r}; one of {', '.join(importers.FORMATS)}") from None
+        admission = self.admit(
+            (
+                (f"entry {i + 1}", Candidate(url=e.url, title=e.title, tags=e.tags, bookmarked_at=e.bookmarked_at))
+                for i, e in enumerate(parsed.entries)
+            ),
+            strict=False,
+            only_new=self.settings.only_new if only_new is None else only_new,
+            url_filter=self.url_filter({}),
+        )
+        rejected = [Rejection(r.where, r.value, r.reason) for r in parsed.rejected] + admission.rejected
+        if not parsed.entries:
+            raise InputError(
+                "file",
+                f"no URLs found (format tried: {parsed.format})"
+                + (f"; {len(rejected)} record(s) rejected, e.g. {rejected[0].reason}" if rejected else ""),
+            )
+        plugins = self.validate_plugins(plugins) if plugins else []
+        crawl = self.insert_crawl(
+            admission.seeds,
+            tags=tags,
+            max_depth=max_depth,
+            plugins=plugins,
+            config={"ONLY_NEW": str(self.settings.only_new if only_new is None else only_new)},
+            label=f"import ({parsed.format})",
+            source=(data, _extension(parsed.format)),
+            first_url=parsed.entries[0].url,
+        )
+        return ImportOutcome(
+            crawl=crawl,
+            format=parsed.format,
+            admission=admission,
+            rejected=rejected,
+            entries_seen=len(parsed.entries) + len(parsed.rejected),
+        )
 
     def crawl_status(self, crawl_id: str) -> CrawlStatus | None:
         """The crawl and its counts, or None when there is no such crawl."""

@@ -112,6 +112,35 @@ class Crawl(Base):
     schedule_id: Mapped[str | None] = mapped_column(ForeignKey("crawl_schedule.id", ondelete="SET NULL"))
     trace_context: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
+    @classmethod
+    def new(
+        cls, *, user: str, seeds: list[dict], first_url: str = "", now: datetime | None = None, **fields: Any
+    ) -> Crawl:
+        """A queued crawl, due now, with a fresh id and its ``output_dir`` (``CRAWL_DIR``) laid out.
+
+        Args:
+            seeds: ``[{"url", "tags", "title"?, "bookmarked_at"?}]`` with canonical URLs.
+            first_url: names the crawl dir when there are no seeds.
+            fields: other columns (max_depth, tags_str, plugins, config, label, schedule_id, …).
+        """
+        from boxcar.shared.ids import new_id
+        from boxcar.shared.storage import crawl_dir
+
+        now = now or utcnow()
+        crawl_id = new_id()
+        first = seeds[0]["url"] if seeds else first_url
+        return cls(
+            id=crawl_id,
+            created_at=now,
+            modified_at=now,
+            created_by=user,
+            status=QUEUED,
+            retry_at=now,
+            seeds=seeds,
+            output_dir=crawl_dir(user, now, first, crawl_id),
+            **fields,
+        )
+
 
 class Snapshot(Base):
     """One URL captured within one crawl. ``stage`` is the runner's progress through the plan."""
@@ -256,7 +285,13 @@ class SnapshotTag(Base):
 
 
 class CrawlSchedule(Base):
-    """A cron expression (or alias) and a template crawl; feed subscriptions are schedules."""
+    """A cron expression (or alias) and a template crawl; feed subscriptions are schedules.
+
+    ``retry_at`` is the next poll (or a runner's lease while it polls); ``status`` is ``queued``
+    (active) or ``paused``. For a feed, ``feed_url`` is polled with conditional GET
+    (``etag``/``last_modified``); ``failures`` counts consecutive failed polls (back-off) and
+    ``last_error`` says why the last one failed.
+    """
 
     __tablename__ = "crawl_schedule"
 
@@ -272,3 +307,37 @@ class CrawlSchedule(Base):
     template: Mapped[dict[str, Any]] = mapped_column(default=dict)
     last_run_at: Mapped[datetime | None]
     last_error: Mapped[str] = mapped_column(Text, default="")
+    feed_url: Mapped[str | None] = mapped_column(Text)
+    etag: Mapped[str] = mapped_column(String(512), default="")
+    last_modified: Mapped[str] = mapped_column(String(128), default="")
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_polled_at: Mapped[datetime | None]
+
+
+class FeedItem(Base):
+    """An item a feed subscription has already seen (by GUID, else link): never archived twice."""
+
+    __tablename__ = "feed_item"
+    __table_args__ = (UniqueConstraint("schedule_id", "item_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    schedule_id: Mapped[str] = mapped_column(ForeignKey("crawl_schedule.id", ondelete="CASCADE"))
+    item_key: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(Text)
+    crawl_id: Mapped[str | None] = mapped_column(String(32))
+    first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    """An API token, stored as its sha256 (the token itself is shown once, at creation)."""
+
+    __tablename__ = "api_token"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)

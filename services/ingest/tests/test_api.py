@@ -6,6 +6,7 @@ import pytest
 from litestar.testing import TestClient
 
 from boxcar.ingest.app import create_app
+from boxcar.ingest.auth import create_token
 from boxcar.shared.db.models import Crawl
 from boxcar.shared.settings import Settings
 
@@ -13,7 +14,9 @@ from boxcar.shared.settings import Settings
 @pytest.fixture
 def client(db, tmp_path, monkeypatch):
     monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:1")  # no NATS: the API must still work
+    token = create_token(db, "tests")
     with TestClient(app=create_app(Settings(data_dir=tmp_path), db)) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {token}"
         yield test_client
 
 
@@ -67,3 +70,36 @@ def test_unknown_crawl_is_404_and_openapi_is_served(client):
     schema = client.get("/schema/openapi.json").json()
     assert {"/api/v1/crawls", "/api/v1/crawls/{crawl_id}", "/api/v1/snapshots"} <= set(schema["paths"])
     assert client.get("/healthz").json() == {"ok": True, "nats": False}
+
+
+def test_writes_and_reads_need_a_valid_token(db, tmp_path, monkeypatch):
+    monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:1")
+    token = create_token(db)
+    body = {"urls": ["https://example.com/"]}
+    with TestClient(app=create_app(Settings(data_dir=tmp_path), db)) as c:
+        for headers in (
+            {},
+            {"Authorization": "Bearer bx_wrong"},
+            {"X-Boxcar-Api-Key": token + "x"},
+            {"Authorization": token},
+        ):
+            response = c.post("/api/v1/crawls", json=body, headers=headers)
+            assert response.status_code == 401, headers
+            assert response.json()["detail"] == "missing or invalid API token"  # same answer, nothing leaked
+        assert c.get("/api/v1/snapshots").status_code == 401
+        assert c.post("/api/v1/crawls", json=body, headers={"X-Boxcar-Api-Key": token}).status_code == 201
+        assert c.get("/api/v1/snapshots", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    with TestClient(app=create_app(Settings(data_dir=tmp_path, public_reads=True), db)) as c:
+        assert c.get("/api/v1/snapshots").status_code == 200
+        assert c.post("/api/v1/crawls", json=body).status_code == 401
+
+
+def test_body_over_the_limit_is_413_with_the_limit_named(db, tmp_path, monkeypatch):
+    monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:1")
+    token = create_token(db)
+    with TestClient(app=create_app(Settings(data_dir=tmp_path, max_request_body=1024), db)) as c:
+        response = c.post(
+            "/api/v1/imports", content=b"https://example.com/\n" * 200, headers={"Authorization": f"Bearer {token}"}
+        )
+    assert response.status_code == 413
+    assert "limit" in response.json()["detail"] and "MAX_REQUEST_BODY" in response.json()["detail"]

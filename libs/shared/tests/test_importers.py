@@ -1,0 +1,314 @@
+"""Import parsers: the shared corpus of real exports, properties of URL extraction, bad records."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boxcar.shared.importers import (
+    FORMATS,
+    Entry,
+    ImportResult,
+    UnknownFormat,
+    detect_format,
+    extract_urls,
+    parse,
+)
+from boxcar.shared.urls import InvalidURL, canonicalize
+
+REPO = Path(__file__).resolve().parents[3]
+INPUTS = Path(os.environ.get("BOXCAR_SHARED_DIR", REPO.parent / "shared")) / "inputs"
+EXPECTED_FILE = INPUTS / "EXPECTED.json"
+EXPECTED: dict[str, dict] = json.loads(EXPECTED_FILE.read_text()) if EXPECTED_FILE.is_file() else {}
+needs_corpus = pytest.mark.skipif(
+    not EXPECTED, reason=f"shared input corpus not found at {INPUTS} (set BOXCAR_SHARED_DIR)"
+)
+
+# EXPECTED.json's descriptive "format" labels -> the format names this package detects.
+FORMAT_LABELS = {
+    "netscape_html": {"netscape"},
+    "pocket_html": {"pocket_html"},
+    "rss2": {"rss"},
+    "rss092": {"rss"},
+    "rss1_rdf": {"rss"},
+    "rss2_podcast": {"rss"},
+    "rss2_illformed": {"rss"},
+    "rss2_truncated": {"rss"},
+    "atom": {"atom"},
+    "atom_malformed": {"atom"},
+    "jsonfeed": {"jsonfeed"},
+    "generic_json": {"json", "pinboard_json"},  # ArchiveBox's JSON example is Pinboard's layout
+    "jsonl": {"jsonl"},
+    "archivebox_history_json": {"browser_history_json"},
+    "chrome_bookmarks_json": {"chrome_json"},
+    "firefox_bookmarks_json": {"firefox_json"},
+    "pinboard_json": {"pinboard_json"},
+    "pinboard_xml": {"pinboard_xml"},
+    "delicious_json": {"delicious_json"},
+    "elcurator_json": {"elcurator_json"},
+    "linkwarden_json": {"linkwarden_json"},
+    "omnivore_json": {"omnivore_json"},
+    "readability_json": {"readability_json"},
+    "wallabag_json": {"wallabag_json"},
+    "pocket_csv": {"pocket_csv"},
+    "raindrop_csv": {"raindrop_csv"},
+    "instapaper_csv": {"instapaper_csv"},
+    "markdown": {"markdown"},
+    "plain_text": {"text"},
+    "url_list": {"url_list"},
+}
+
+
+def _canonical(url: str) -> str | None:
+    try:
+        return canonicalize(url)
+    except InvalidURL:
+        return None
+
+
+def _matching(result: ImportResult, url: str) -> list[Entry]:
+    """Entries whose URL is ``url`` exactly or after syntax-only normalization."""
+    canonical = _canonical(url)
+    return [e for e in result.entries if e.url == url or (canonical and _canonical(e.url) == canonical)]
+
+
+# --------------------------------------------------------------------------- the shared corpus
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_file(name: str) -> None:
+    expected = EXPECTED[name]
+    result = parse((INPUTS / name).read_bytes())
+    assert result.format in FORMATS
+    assert FORMAT_LABELS.get(expected["format"]), f"no mapping for label {expected['format']!r}"
+    assert result.format in FORMAT_LABELS[expected["format"]], (expected["format"], result.format)
+    for entry in result.entries:
+        assert entry.url == entry.url.strip() and entry.url.lower().startswith(("http://", "https://"))
+        assert entry.bookmarked_at is None or entry.bookmarked_at.utcoffset().total_seconds() == 0
+        assert len(entry.tags) == len(set(entry.tags)) and all(t and t == t.strip() for t in entry.tags)
+    for rejected in result.rejected:
+        assert rejected.where and rejected.reason and len(rejected.value) <= 300
+
+    distinct = {e.url for e in result.entries}
+    if "url_count" in expected:
+        assert len(distinct) == expected["url_count"], sorted(distinct)
+    if "entry_count" in expected:
+        assert len(result.entries) == expected["entry_count"]
+    if "skipped_non_http_records" in expected:
+        assert len(result.rejected) == expected["skipped_non_http_records"], result.rejected
+
+    for example in expected["examples"]:
+        candidates = _matching(result, example["url"])
+        assert candidates, f"{example['url']} not imported from {name}"
+
+        def fits(entry: Entry, example: dict = example) -> bool:
+            if example.get("title") is not None and entry.title != example["title"]:
+                return False
+            if example.get("tags") is not None and not set(example["tags"]) <= set(entry.tags):
+                return False
+            if example.get("timestamp"):
+                return entry.bookmarked_at == datetime.fromisoformat(example["timestamp"])
+            return True
+
+        assert any(fits(entry) for entry in candidates), (example, candidates)
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_detection_and_explicit_format_agree(name: str) -> None:
+    data = (INPUTS / name).read_bytes()
+    detected = detect_format(data)
+    assert parse(data, detected) == parse(data)
+
+
+# --------------------------------------------------------------------------- extract_urls properties
+
+_label = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12)
+_segment = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_~%", max_size=12)
+
+
+@st.composite
+def _urls(draw: st.DrawFn) -> str:
+    scheme = draw(st.sampled_from(["http", "https", "HTTPS"]))
+    host = ".".join(draw(st.lists(_label, min_size=1, max_size=3))) + draw(st.sampled_from([".com", ".org", ".de"]))
+    path = "/".join(draw(st.lists(_segment, max_size=4)))
+    query = draw(st.one_of(st.just(""), _segment.map(lambda s: f"?q={s}&x=1")))
+    url = f"{scheme}://{host}/{path}{query}"
+    if draw(st.booleans()):
+        url += "/wiki/Python_(language)"
+    return url
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_extract_urls_never_crashes_and_returns_only_http_urls(text: str) -> None:
+    for url, title in extract_urls(text):
+        assert url.lower().startswith(("http://", "https://"))
+        assert not any(ch.isspace() for ch in url)
+        assert title is None or isinstance(title, str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=30), _urls()), max_size=8).map(" ".join))
+def test_extracted_urls_canonicalize_idempotently(text: str) -> None:
+    for url, _ in extract_urls(text):
+        try:
+            once = canonicalize(url)
+        except InvalidURL:
+            continue
+        assert canonicalize(once) == once
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _urls(),
+    st.sampled_from([".", ",", ";", ":", "!", "?", ")", "!)", ").", "..."]),
+    st.sampled_from(["", " (see", "\n", "\t"]),
+)
+def test_url_in_prose_loses_trailing_punctuation(url: str, punctuation: str, prefix: str) -> None:
+    text = f"Read{prefix} {url}{punctuation} and tell me what you think."
+    assert extract_urls(text) == [(url, None)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_urls(), st.text(alphabet=st.characters(blacklist_characters="[]\n"), max_size=20))
+def test_markdown_link_yields_url_and_title(url: str, title: str) -> None:
+    found = extract_urls(f"- [{title}]({url}) and <{url}>")
+    assert found == [(url, title.strip() or None), (url, None)]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("see https://example.com/a.", [("https://example.com/a", None)]),
+        ("(https://en.wikipedia.org/wiki/Monty_Python.)", [("https://en.wikipedia.org/wiki/Monty_Python", None)]),
+        (
+            "x https://en.wikipedia.org/wiki/Python_(programming_language), y",
+            [("https://en.wikipedia.org/wiki/Python_(programming_language)", None)],
+        ),
+        (
+            '"https://quoted.example.com/p" <https://angle.example.com/x?y=1>',
+            [("https://quoted.example.com/p", None), ("https://angle.example.com/x?y=1", None)],
+        ),
+        ("[Hello, world!](https://example.com/)", [("https://example.com/", "Hello, world!")]),
+        ("HTTPS://UPPER.example.com/Path", [("HTTPS://UPPER.example.com/Path", None)]),
+        ("www.example.com, someone@example.com, ftp://x, https:// alone", []),
+        ("a=https://example.com/?a=1&amp;b=2!", [("https://example.com/?a=1&b=2", None)]),
+    ],
+)
+def test_extract_urls_examples(text: str, expected: list) -> None:
+    assert extract_urls(text) == expected
+
+
+# --------------------------------------------------------------------------- focused behaviour
+
+
+def test_jsonl_with_a_broken_line_keeps_the_good_ones() -> None:
+    data = (
+        b'{"url": "https://a.example/", "title": "A", "tags": "x y"}\n'
+        b'{"url": "https://b.example/", broken\n'
+        b'{"url": "place:sort=8"}\n'
+        b'{"title": "no url here"}\n'
+        b'{"href": "https://c.example/", "trap": "https://trap.example/"}\n'
+    )
+    result = parse(data)
+    assert result.format == "jsonl"
+    assert [(e.url, e.title, e.tags) for e in result.entries] == [
+        ("https://a.example/", "A", ["x", "y"]),
+        ("https://c.example/", None, []),
+    ]
+    reasons = {r.where: r.reason for r in result.rejected}
+    assert set(reasons) == {"line 2", "line 3", "line 4"}
+    assert reasons["line 2"].startswith("invalid JSON")
+    assert reasons["line 3"] == "unsupported scheme 'place'"
+    assert reasons["line 4"] == "no URL in record"
+
+
+def test_netscape_with_bad_bookmarks_keeps_the_good_ones() -> None:
+    data = b"""<!DOCTYPE NETSCAPE-Bookmark-file-1>
+<DL><p>
+<DT><A HREF="https://good.example/?a=1&amp;b=2&notify=3" ADD_DATE="1456433748" TAGS="one, two ,one">Good</A>
+<DD>see <a href="https://not-a-bookmark.example/">this</a>
+<DT><A HREF="javascript:alert(1)">Script</A>
+<DT><A HREF="?relative">Relative</A>
+<DT><A HREF=" HTTPS://Also.Good.example/path ">  Also good  </A>
+</DL><p>"""
+    result = parse(data)
+    assert result.format == "netscape"
+    assert result.entries == [
+        Entry(
+            url="https://good.example/?a=1&b=2&notify=3",
+            title="Good",
+            tags=["one", "two"],
+            bookmarked_at=datetime(2016, 2, 25, 20, 55, 48, tzinfo=UTC),
+        ),
+        Entry(url="HTTPS://Also.Good.example/path", title="Also good"),
+    ]
+    assert [(r.where, r.value, r.reason) for r in result.rejected] == [
+        ("bookmark 2", "javascript:alert(1)", "unsupported scheme 'javascript'"),
+        ("bookmark 3", "?relative", "relative URL with no base"),
+    ]
+
+
+def test_unknown_explicit_format_raises() -> None:
+    with pytest.raises(UnknownFormat):
+        parse(b"https://example.com/", "not-a-format")
+    assert issubclass(UnknownFormat, ValueError)
+
+
+def test_explicit_format_is_used() -> None:
+    result = parse(b"https://example.com/a\nhttps://example.com/b\n", "text")
+    assert result.format == "text"
+    assert [e.url for e in result.entries] == ["https://example.com/a", "https://example.com/b"]
+
+
+@needs_corpus
+def test_folder_tags_on_nested_netscape() -> None:
+    data = (INPUTS / "netscape/netscape_nested.htm").read_bytes()
+    plain = {e.url: e.tags for e in parse(data).entries}
+    foldered = {e.url: e.tags for e in parse(data, folder_tags=True).entries}
+    assert plain["http://nest.ed/3-1"] == ["tag3"]
+    assert foldered["http://nest.ed/3-1"] == ["tag3", "Folder3", "Folder3-1"]
+    assert foldered["http://nest.ed/1-1"] == ["tag1", "tag2", "multi word", "Folder1, the first,folder to encounter"]
+    assert foldered["http://nest.ed/2-1"] == ["Folder2"]
+    assert foldered["http://nest.ed/2"] == plain["http://nest.ed/2"] == ["tag4"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x00\xff\xfe garbage \x80\x81",
+        b"[" * 50_000,
+        b"{" * 50_000,
+        b"<rss><channel><item><link>",
+        b"<" * 10_000,
+        b'title,url\n"unterminated,https://x.example/\n',
+        '<DL><DT><A HREF="https://x.example/é">é</A>'.encode("utf-16"),
+        "<DL><DT><A HREF='https://x.example/'>caf\xe9</A>".encode("cp1252"),
+    ],
+)
+def test_malformed_input_never_raises(data: bytes) -> None:
+    result = parse(data)
+    assert result.format in FORMATS
+    assert all(e.url.lower().startswith(("http://", "https://")) for e in result.entries)
+
+
+def test_decoding_of_legacy_encodings() -> None:
+    utf16 = parse('<DL><DT><A HREF="https://x.example/">Café</A>'.encode("utf-16"))
+    cp1252 = parse("<DL><DT><A HREF='https://x.example/'>Caf\xe9 \u2019</A>".encode("cp1252"))
+    assert utf16.entries[0].title == "Café"
+    assert cp1252.entries[0].title == "Café \u2019"
+
+
+def test_every_format_parses_empty_input() -> None:
+    for name in FORMATS:
+        result = parse(b"", name)
+        assert result.format == name and result.entries == []

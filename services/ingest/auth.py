@@ -1,0 +1,93 @@
+"""API tokens: created by ``boxcar token create``, stored as sha256, checked by a Litestar guard.
+
+Every write endpoint requires a token, sent as ``Authorization: Bearer <token>`` or
+``X-Boxcar-Api-Key: <token>``. Reads require one too unless ``PUBLIC_READS=true``. A missing,
+unknown, revoked or expired token all get the same 401, so a caller learns nothing about which.
+Tokens are 256-bit random strings, so a plain sha256 is a safe way to store them (no password
+hashing needed) and lets the guard look one up with a single indexed query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from pathlib import Path
+
+import anyio.to_thread
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
+from sqlalchemy import select
+
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import ApiToken, utcnow
+from boxcar.shared.ids import new_id
+
+TOKEN_PREFIX = "bx_"
+API_KEY_HEADER = "X-Boxcar-Api-Key"
+UNAUTHORIZED = "missing or invalid API token"
+
+
+def token_sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def create_token(db: Database, name: str = "") -> str:
+    """Create a token and return it (the only time it exists in clear)."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with db.write() as s:
+        s.add(ApiToken(id=new_id(), name=name[:128], token_sha256=token_sha256(token), prefix=token[:10]))
+    return token
+
+
+def token_is_valid(db: Database, token: str) -> bool:
+    """True for a known, unrevoked, unexpired token."""
+    if not token or len(token) > 256:
+        return False
+    digest = token_sha256(token)
+    with db.read() as s:
+        row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == digest))
+    return bool(
+        row
+        and hmac.compare_digest(row.token_sha256, digest)
+        and not row.revoked
+        and (row.expires_at is None or row.expires_at > utcnow())
+    )
+
+
+def token_from_headers(headers) -> str:
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return headers.get(API_KEY_HEADER.lower(), "").strip()
+
+
+def ensure_local_token(db: Database, path: Path, name: str = "boxcar CLI (local)") -> str:
+    """The token the CLI uses for a stack on this data dir: read from ``path`` (mode 0600) if it is
+    still valid, else created and written there."""
+    try:
+        token = path.read_text().strip()
+        if token_is_valid(db, token):
+            return token
+    except OSError:
+        pass
+    token = create_token(db, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(token + "\n")
+    return token
+
+
+async def require_token(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard for writes: a valid token or 401 (``app.state.db`` holds the tokens)."""
+    token = token_from_headers(connection.headers)
+    if not await anyio.to_thread.run_sync(token_is_valid, connection.app.state.db, token):
+        raise NotAuthorizedException(UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def require_read_access(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    """Guard for reads: like ``require_token`` unless ``app.state.public_reads``."""
+    if not connection.app.state.public_reads:
+        await require_token(connection, handler)

@@ -1,0 +1,143 @@
+"""Feed subscriptions: CrawlSchedule rows with a ``feed_url`` (ingest creates and edits them; the
+crawl-runner polls them and changes their status)."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from boxcar.ingest.schemas import FeedCreate, FeedOut, FeedUpdate
+from boxcar.ingest.services import CrawlService, InputError
+from boxcar.shared.admission import clean_tags
+from boxcar.shared.db.models import QUEUED, Crawl, CrawlSchedule, FeedItem, utcnow
+from boxcar.shared.ids import new_id
+from boxcar.shared.schedules import cron_expression
+from boxcar.shared.urls import InvalidURL, canonicalize
+
+
+def validate_schedule(schedule: str) -> str:
+    """The schedule as given, once croniter accepts it (directly or as an alias).
+
+    Raises:
+        InputError: names the field and lists the aliases.
+    """
+    try:
+        cron_expression(schedule)
+    except ValueError as exc:
+        raise InputError("schedule", str(exc)) from None
+    return schedule.strip()
+
+
+class FeedService:
+    """Create, read, edit and delete feed subscriptions."""
+
+    def __init__(self, crawls: CrawlService) -> None:
+        self.crawls = crawls
+        self.db = crawls.db
+
+    def create(self, body: FeedCreate) -> FeedOut:
+        """Store a subscription, due for its first poll now.
+
+        Raises:
+            InputError: bad URL, schedule, plugins or config.
+        """
+        try:
+            url = canonicalize(body.url)
+        except InvalidURL as exc:
+            raise InputError("url", f"{exc.reason}: {body.url[:300]}") from None
+        config = {k: str(v) for k, v in body.config.items()}
+        self.crawls.url_filter(config)  # a bad regex is the user's to fix now, not the poller's later
+        template = {
+            "tags": clean_tags(body.tags),
+            "max_depth": body.max_depth,
+            "plugins": self.crawls.validate_plugins(body.plugins) if body.plugins else [],
+            "config": config,
+        }
+        now = utcnow()
+        schedule = CrawlSchedule(
+            id=new_id(),
+            created_at=now,
+            modified_at=now,
+            created_by=self.crawls.settings.archive_user,
+            schedule=validate_schedule(body.schedule),
+            label=body.label[:256],
+            is_enabled=True,
+            status=QUEUED,
+            retry_at=now,
+            template=template,
+            feed_url=url,
+        )
+        with self.db.write() as s:
+            s.add(schedule)
+        return self.get(schedule.id)
+
+    def get(self, schedule_id: str) -> FeedOut | None:
+        with self.db.read() as s:
+            schedule = s.get(CrawlSchedule, schedule_id)
+            return self._out(s, schedule) if schedule and schedule.feed_url else None
+
+    def list(self) -> list[FeedOut]:
+        with self.db.read() as s:
+            rows = s.scalars(
+                select(CrawlSchedule).where(CrawlSchedule.feed_url.is_not(None)).order_by(CrawlSchedule.created_at)
+            )
+            return [self._out(s, r) for r in rows]
+
+    def update(self, schedule_id: str, body: FeedUpdate) -> FeedOut | None:
+        """Change the subscription's settings (not its status: pause/resume go through the runner).
+
+        Raises:
+            InputError: bad schedule, plugins or config.
+        """
+        with self.db.write() as s:
+            schedule = s.get(CrawlSchedule, schedule_id)
+            if schedule is None or not schedule.feed_url:
+                return None
+            template = dict(schedule.template or {})
+            if body.schedule is not None:
+                schedule.schedule = validate_schedule(body.schedule)
+            if body.tags is not None:
+                template["tags"] = clean_tags(body.tags)
+            if body.max_depth is not None:
+                template["max_depth"] = body.max_depth
+            if body.plugins is not None:
+                template["plugins"] = self.crawls.validate_plugins(body.plugins) if body.plugins else []
+            if body.config is not None:
+                template["config"] = {k: str(v) for k, v in body.config.items()}
+                self.crawls.url_filter(template["config"])
+            if body.label is not None:
+                schedule.label = body.label[:256]
+            schedule.template = template
+        return self.get(schedule_id)
+
+    def delete(self, schedule_id: str) -> bool:
+        """Remove a subscription (its crawls and snapshots stay)."""
+        with self.db.write() as s:
+            schedule = s.get(CrawlSchedule, schedule_id)
+            if schedule is None or not schedule.feed_url:
+                return False
+            s.delete(schedule)
+        return True
+
+    @staticmethod
+    def _out(s, schedule: CrawlSchedule) -> FeedOut:
+        template = schedule.template or {}
+        items = s.scalar(select(func.count()).select_from(FeedItem).where(FeedItem.schedule_id == schedule.id))
+        crawls = s.scalar(select(func.count()).select_from(Crawl).where(Crawl.schedule_id == schedule.id))
+        return FeedOut(
+            id=schedule.id,
+            url=schedule.feed_url,
+            schedule=schedule.schedule,
+            label=schedule.label,
+            tags=list(template.get("tags") or []),
+            max_depth=int(template.get("max_depth") or 0),
+            plugins=list(template.get("plugins") or []),
+            status=schedule.status,
+            next_poll_at=schedule.retry_at if schedule.status == QUEUED else None,
+            last_polled_at=schedule.last_polled_at,
+            last_run_at=schedule.last_run_at,
+            last_error=schedule.last_error,
+            failures=schedule.failures,
+            items_seen=items or 0,
+            crawls=crawls or 0,
+            created_at=schedule.created_at,
+        )
