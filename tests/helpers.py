@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 from sqlalchemy import select
 
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
+
+INPUTS = Path(os.environ.get("BOXCAR_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared")) / "inputs"
 
 
 def wait_until[T](check: Callable[[], T], timeout: float, what: str, interval: float = 0.25) -> T:

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
+
+from tests.helpers import INPUTS
 
 BOXCAR = str(Path(sys.executable).parent / "boxcar")
 
@@ -54,3 +57,18 @@ def test_bad_input_is_a_clear_error(tmp_path, lib_dir):
     assert done.returncode == 2 and "no http(s) URL found" in done.stderr
     done = run_boxcar("add", "ftp://example.com/file", data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=120)
     assert done.returncode == 2 and "unsupported scheme 'ftp'" in done.stderr and "urls[0]" in done.stderr
+
+
+def test_dry_run_previews_an_export_without_creating_anything(tmp_path, lib_dir):
+    source = INPUTS / "pinboard/pinboard_export.json"
+    if not source.exists():
+        pytest.skip(f"inputs not found at {INPUTS}")
+    copy = tmp_path / "export.txt"  # the name says nothing: the format comes from the content
+    copy.write_bytes(source.read_bytes())
+    done = run_boxcar("add", "--dry-run", "--json", str(copy), data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=60)
+    assert done.returncode == 0, done.stderr
+    preview = json.loads(done.stdout)
+    assert preview["format"] == "pinboard_json" and len(preview["entries"]) == 3
+    assert set(preview["entries"][0]) == {"url", "title", "tags", "bookmarked_at"}
+    assert isinstance(preview["entries"][0]["tags"], list) and preview["rejected"] == []
+    assert not (tmp_path / "data").exists()

@@ -57,8 +57,10 @@ class FeedServer:
 
     def items(self) -> list[tuple[str, str, datetime]]:
         body = httpx.get(f"{self.url}/feed.xml").content
-        return [(i.findtext("link"), i.findtext("title"), parsedate_to_datetime(i.findtext("pubDate")).astimezone(UTC))
-                for i in ElementTree.fromstring(body).iter("item")]
+        return [
+            (i.findtext("link"), i.findtext("title"), parsedate_to_datetime(i.findtext("pubDate")).astimezone(UTC))
+            for i in ElementTree.fromstring(body).iter("item")
+        ]
 
 
 @pytest.fixture
@@ -71,8 +73,9 @@ def feed_server(corpus_server):
 def test_repolling_archives_only_new_items(pg_url, nats_url, make_stack, feed_server):
     stack = make_stack(pg_url, nats_url, env={"PLUGINS": "wget"})
     client = api(stack)
-    feed = client.post("/api/v1/feeds", json={"url": f"{feed_server.url}/feed.xml", "schedule": "daily",
-                                              "tags": ["subscribed"]})
+    feed = client.post(
+        "/api/v1/feeds", json={"url": f"{feed_server.url}/feed.xml", "schedule": "daily", "tags": ["subscribed"]}
+    )
     assert feed.status_code == 201, feed.text
     feed_id = feed.json()["id"]
     db = Database(pg_url)
@@ -85,8 +88,11 @@ def test_repolling_archives_only_new_items(pg_url, nats_url, make_stack, feed_se
         before = client.get(f"/api/v1/feeds/{feed_id}").json()["last_polled_at"]
         if before is not None:
             assert client.post(f"/api/v1/feeds/{feed_id}/poll").status_code == 202
-        wait_until(lambda: client.get(f"/api/v1/feeds/{feed_id}").json()["last_polled_at"] not in (None, before),
-                   60, "the feed to be polled")
+        wait_until(
+            lambda: client.get(f"/api/v1/feeds/{feed_id}").json()["last_polled_at"] not in (None, before),
+            60,
+            "the feed to be polled",
+        )
         made = wait_until(lambda: len(crawls()) == n_crawls and crawls(), 60, f"{n_crawls} crawl(s) from the feed")
         for crawl in made:
             wait_sealed(stack, crawl.id, timeout=300)
@@ -98,8 +104,9 @@ def test_repolling_archives_only_new_items(pg_url, nats_url, make_stack, feed_se
     assert feed_server.requests[-1].get("If-None-Match"), "the last poll was not conditional"
 
     with db.read() as s:
-        snaps = list(s.scalars(select(Snapshot).join(Crawl, Crawl.id == Snapshot.crawl_id)
-                               .where(Crawl.schedule_id == feed_id)))
+        snaps = list(
+            s.scalars(select(Snapshot).join(Crawl, Crawl.id == Snapshot.crawl_id).where(Crawl.schedule_id == feed_id))
+        )
     items = feed_server.items()
     assert len(items) == 8
     assert sorted(s.url for s in snaps) == sorted(url for url, _, _ in items)  # 8, none twice
@@ -119,8 +126,9 @@ def test_a_failing_feed_shows_its_error_and_backs_off(pg_url, nats_url, make_sta
     stack = make_stack(pg_url, nats_url, env={"PLUGINS": "wget"})
     client = api(stack)
     feed_id = client.post("/api/v1/feeds", json={"url": f"{feed_server.url}/broken.xml"}).json()["id"]
-    state = wait_until(lambda: (f := client.get(f"/api/v1/feeds/{feed_id}").json())["failures"] and f, 60,
-                       "the failed poll")
+    state = wait_until(
+        lambda: (f := client.get(f"/api/v1/feeds/{feed_id}").json())["failures"] and f, 60, "the failed poll"
+    )
     assert "HTTP 500" in state["last_error"]
     assert state["status"] == "queued" and state["crawls"] == 0
     retry_in = datetime.fromisoformat(state["next_poll_at"]) - datetime.fromisoformat(state["last_polled_at"])

@@ -64,7 +64,14 @@ def clean_tags(tags: Iterable[str] | str) -> list[str]:
     """
     if isinstance(tags, str):
         tags = [tags]
-    return list(dict.fromkeys(t.strip()[:100] for t in tags if isinstance(t, str) and t.strip()))
+    return list(dict.fromkeys(c[:100] for t in tags if isinstance(t, str) and (c := clean_text(t))))
+
+
+def clean_text(value: str | None) -> str:
+    """Trimmed text without NUL or other C0 control characters (Postgres refuses NUL in text)."""
+    if not value:
+        return ""
+    return "".join(ch for ch in value if ch >= " " or ch in "\t\n").strip()
 
 
 def existing_urls(session: Session, urls: list[str]) -> set[str]:
@@ -111,7 +118,7 @@ def admit(
             continue
         tags = clean_tags(item.tags)
         when = item.bookmarked_at.astimezone(UTC).isoformat() if item.bookmarked_at else None
-        title = item.title.strip()[:512] if item.title and item.title.strip() else None
+        title = clean_text(item.title)[:512] or None
         known = seeds.get(url)
         if known is not None:
             duplicates += 1

@@ -11,7 +11,7 @@ from litestar.datastructures import UploadFile
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
-from litestar.params import FromPath, JSONBody, PathParameter, QueryParameter
+from litestar.params import JSONBody, PathParameter, QueryParameter
 from litestar.status_codes import (
     HTTP_201_CREATED,
     HTTP_202_ACCEPTED,
@@ -38,6 +38,8 @@ from boxcar.shared import bus
 from boxcar.shared.messages import CrawlControl, CrawlQueued, ScheduleControl, encode
 
 SECURITY = [{"BearerToken": []}, {"ApiKey": []}]
+ID_PATTERN = r"^[0-9a-f]{32}$"
+ObjectId = Annotated[str, PathParameter(pattern=ID_PATTERN, description="32 hex characters")]
 
 
 def unprocessable(exc: InputError) -> HTTPException:
@@ -85,7 +87,7 @@ class CrawlController(Controller):
     @get(
         "/{crawl_id:str}", operation_id="GetCrawl", sync_to_thread=True, guards=[require_read_access], security=SECURITY
     )
-    def get_crawl(self, crawl_id: FromPath[str], crawl_service: NamedDependency[CrawlService]) -> CrawlStatus:
+    def get_crawl(self, crawl_id: ObjectId, crawl_service: NamedDependency[CrawlService]) -> CrawlStatus:
         """A crawl's status with its snapshots and results counted by status.
 
         Returns:
@@ -106,9 +108,11 @@ class SnapshotController(Controller):
     def list_snapshots(
         self,
         crawl_service: NamedDependency[CrawlService],
-        crawl_id: Annotated[str | None, QueryParameter(description="only this crawl's snapshots")] = None,
+        crawl_id: Annotated[
+            str | None, QueryParameter(description="only this crawl's snapshots", pattern=ID_PATTERN)
+        ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
-        offset: Annotated[int, QueryParameter(ge=0)] = 0,
+        offset: Annotated[int, QueryParameter(ge=0, le=2**31)] = 0,
     ) -> SnapshotPage:
         """Snapshots, oldest first, each with its ArchiveResults and tags."""
         return crawl_service.list_snapshots(crawl_id, limit, offset)
@@ -294,7 +298,7 @@ class CrawlControlController(Controller):
     async def control(
         self,
         request: Request,
-        crawl_id: FromPath[str],
+        crawl_id: ObjectId,
         action: Annotated[Literal["pause", "resume", "cancel"], PathParameter()],
         crawl_service: NamedDependency[CrawlService],
     ) -> ControlAccepted:
@@ -332,7 +336,7 @@ class FeedController(Controller):
         return feed_service.list()
 
     @get("/{feed_id:str}", operation_id="GetFeed", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
-    def get_feed(self, feed_id: FromPath[str], feed_service: NamedDependency[FeedService]) -> FeedOut:
+    def get_feed(self, feed_id: ObjectId, feed_service: NamedDependency[FeedService]) -> FeedOut:
         """One feed subscription."""
         feed = feed_service.get(feed_id)
         if feed is None:
@@ -341,7 +345,7 @@ class FeedController(Controller):
 
     @patch("/{feed_id:str}", operation_id="UpdateFeed", guards=[require_token], security=SECURITY)
     async def update_feed(
-        self, feed_id: FromPath[str], data: JSONBody[FeedUpdate], feed_service: NamedDependency[FeedService]
+        self, feed_id: ObjectId, data: JSONBody[FeedUpdate], feed_service: NamedDependency[FeedService]
     ) -> FeedOut:
         """Change a subscription's schedule, tags, depth, plugins, label or config."""
         try:
@@ -353,7 +357,7 @@ class FeedController(Controller):
         return feed
 
     @delete("/{feed_id:str}", operation_id="DeleteFeed", guards=[require_token], security=SECURITY)
-    async def delete_feed(self, feed_id: FromPath[str], feed_service: NamedDependency[FeedService]) -> None:
+    async def delete_feed(self, feed_id: ObjectId, feed_service: NamedDependency[FeedService]) -> None:
         """Unsubscribe (crawls already made stay)."""
         if not await anyio.to_thread.run_sync(feed_service.delete, feed_id):
             raise NotFoundException(f"no feed {feed_id}")
@@ -368,7 +372,7 @@ class FeedController(Controller):
     async def control(
         self,
         request: Request,
-        feed_id: FromPath[str],
+        feed_id: ObjectId,
         action: Annotated[Literal["poll", "pause", "resume"], PathParameter()],
         feed_service: NamedDependency[FeedService],
     ) -> ControlAccepted:

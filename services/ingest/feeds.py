@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from boxcar.ingest.schemas import FeedCreate, FeedOut, FeedUpdate
-from boxcar.ingest.services import CrawlService, InputError
-from boxcar.shared.admission import clean_tags
+from boxcar.ingest.services import CrawlService, InputError, clean_config
+from boxcar.shared.admission import clean_tags, clean_text
 from boxcar.shared.db.models import QUEUED, Crawl, CrawlSchedule, FeedItem, utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.schedules import cron_expression
@@ -44,7 +44,7 @@ class FeedService:
             url = canonicalize(body.url)
         except InvalidURL as exc:
             raise InputError("url", f"{exc.reason}: {body.url[:300]}") from None
-        config = {k: str(v) for k, v in body.config.items()}
+        config = clean_config(body.config)
         self.crawls.url_filter(config)  # a bad regex is the user's to fix now, not the poller's later
         template = {
             "tags": clean_tags(body.tags),
@@ -59,7 +59,7 @@ class FeedService:
             modified_at=now,
             created_by=self.crawls.settings.archive_user,
             schedule=validate_schedule(body.schedule),
-            label=body.label[:256],
+            label=clean_text(body.label)[:256],
             is_enabled=True,
             status=QUEUED,
             retry_at=now,
@@ -102,10 +102,10 @@ class FeedService:
             if body.plugins is not None:
                 template["plugins"] = self.crawls.validate_plugins(body.plugins) if body.plugins else []
             if body.config is not None:
-                template["config"] = {k: str(v) for k, v in body.config.items()}
+                template["config"] = clean_config(body.config)
                 self.crawls.url_filter(template["config"])
             if body.label is not None:
-                schedule.label = body.label[:256]
+                schedule.label = clean_text(body.label)[:256]
             schedule.template = template
         return self.get(schedule_id)
 

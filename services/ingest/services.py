@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -15,7 +16,7 @@ from boxcar.ingest.schemas import (
     SnapshotPage,
 )
 from boxcar.shared import importers, storage, telemetry
-from boxcar.shared.admission import Admission, Candidate, PolicyError, Rejection, admit, clean_tags
+from boxcar.shared.admission import Admission, Candidate, PolicyError, Rejection, admit, clean_tags, clean_text
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import (
     SEALED,
@@ -50,6 +51,26 @@ class ImportOutcome:
     entries_seen: int
 
 
+CONFIG_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
+
+
+def clean_config(config: dict) -> dict[str, str]:
+    """Crawl config overrides as strings (they become hook environment variables).
+
+    Raises:
+        InputError: a key is not an UPPER_CASE setting name, or a value holds a NUL character.
+    """
+    out = {}
+    for key, value in config.items():
+        if not CONFIG_KEY.match(key):
+            raise InputError("config", f"{key[:60]!r} is not a setting name (UPPER_CASE like WGET_TIMEOUT)")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if "\x00" in text:
+            raise InputError("config", f"{key}: value contains a NUL character")
+        out[key] = text
+    return out
+
+
 def _candidate(item: str | SeedIn) -> Candidate:
     if isinstance(item, SeedIn):
         return Candidate(url=item.url, title=item.title, tags=item.tags, bookmarked_at=item.bookmarked_at)
@@ -57,19 +78,21 @@ def _candidate(item: str | SeedIn) -> Candidate:
 
 
 def _extension(format_name: str) -> str:
-    for needle, ext in (
-        ("html", "html"),
-        ("csv", "csv"),
-        ("jsonl", "jsonl"),
-        ("json", "json"),
-        ("xml", "xml"),
-        ("rss", "xml"),
-        ("atom", "xml"),
-        ("feed", "xml"),
-        ("markdown", "md"),
-    ):
-        if needle in format_name:
-            return ext
+    """File extension for a kept source, from the format it was parsed as."""
+    if format_name in ("netscape", "pocket_html", "html"):
+        return "html"
+    if format_name in ("rss", "atom", "pinboard_xml"):
+        return "xml"
+    if format_name == "markdown":
+        return "md"
+    for suffix in ("jsonl", "json", "csv"):
+        if (
+            format_name == suffix
+            or format_name.endswith("_" + suffix)
+            or format_name == "jsonfeed"
+            and suffix == "json"
+        ):
+            return suffix
     return "txt"
 
 
@@ -124,7 +147,7 @@ class CrawlService:
         Raises:
             InputError: an invalid or filtered URL (named with its index), plugin or config.
         """
-        config = {k: str(v) for k, v in body.config.items()}
+        config = clean_config(body.config)
         only_new = self.settings.only_new if body.only_new is None else body.only_new
         admission = self.admit(
             ((f"urls[{i}]", _candidate(item)) for i, item in enumerate(body.urls)),
@@ -139,7 +162,7 @@ class CrawlService:
             max_depth=body.max_depth,
             plugins=plugins,
             config={**config, "ONLY_NEW": str(only_new)},
-            label=body.label,
+            label=clean_text(body.label),
         )
         return crawl, admission
 
