@@ -159,7 +159,7 @@ def site_urls(request) -> Callable[[int], list[str]]:
             names = [r[0] for r in rows if len(r) > 3 and r[3] == "capture"]
             return [f"{base}/pages/{name}/" for name in names[:n]]
         index = request.getfixturevalue("demo_site")
-        pages = sorted(p.name for p in (REPO / "cli" / "demo_site").glob("*.html"))
+        pages = sorted(p.name for p in (REPO / "cli" / "demo-site").glob("*.html"))
         return [index.replace("index.html", p) for p in pages][:n]
 
     return pick

@@ -26,42 +26,59 @@ class BoxcarClient:
 
     def __init__(self, base_url: str, token: str = "", timeout: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url
         self.http = httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
 
+    def _call(self, method: str, path: str, **kwargs) -> Any:
+        """Send a request; return the JSON body, or raise ApiError with a one-line explanation."""
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ApiError(f"cannot reach the Boxcar API at {self.base_url} ({exc}); is it running?") from None
+        return self._check(response)
+
     def _check(self, response: httpx.Response) -> Any:
+        if response.status_code == 401:
+            raise ApiError(
+                "the API refused our token: pass --token, set BOXCAR_API_TOKEN, or create one with "
+                "`boxcar token create` on the server"
+            )
         if response.status_code >= 400:
             try:
                 body = response.json()
                 detail = body.get("detail") or body
-                extra = body.get("extra")
+                extras = body.get("extra") or {}
+                if isinstance(extras, list):  # Litestar's validation errors: [{"message", "key"}]
+                    detail = "; ".join(f"{e.get('key', '')}: {e.get('message', '')}" for e in extras) or detail
             except ValueError:
-                detail, extra = response.text, None
-            raise ApiError(f"{response.status_code}: {detail}" + (f" {extra}" if extra else ""))
-        return response.json()
+                detail = response.text[:500]
+            raise ApiError(str(detail))
+        return response.json() if response.content else None
 
     def create_crawl(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self._check(self.http.post("/api/v1/crawls", json=payload))
+        return self._call("POST", "/api/v1/crawls", json=payload)
 
     def crawl(self, crawl_id: str) -> dict[str, Any]:
-        return self._check(self.http.get(f"/api/v1/crawls/{crawl_id}"))
+        return self._call("GET", f"/api/v1/crawls/{crawl_id}")
 
     def import_file(self, data: bytes, filename: str, params: dict[str, Any]) -> dict[str, Any]:
         """Upload an export to ``POST /api/v1/imports`` (format detected from content by the server)."""
-        return self._check(self.http.post("/api/v1/imports", params=params, files={"file": (filename, data)}))
+        return self._call("POST", "/api/v1/imports", params=params, files={"file": (filename, data)})
+
+    def snapshots(self, crawl_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/v1/snapshots", params={"crawl_id": crawl_id, "limit": limit})["items"]
 
     def feeds(self) -> list[dict[str, Any]]:
-        return self._check(self.http.get("/api/v1/feeds"))
+        return self._call("GET", "/api/v1/feeds")
 
     def create_feed(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self._check(self.http.post("/api/v1/feeds", json=payload))
+        return self._call("POST", "/api/v1/feeds", json=payload)
 
     def delete_feed(self, feed_id: str) -> None:
-        response = self.http.delete(f"/api/v1/feeds/{feed_id}")
-        if response.status_code >= 400:
-            self._check(response)
+        self._call("DELETE", f"/api/v1/feeds/{feed_id}")
 
     def control_feed(self, feed_id: str, action: str) -> dict[str, Any]:
-        return self._check(self.http.post(f"/api/v1/feeds/{feed_id}/{action}"))
+        return self._call("POST", f"/api/v1/feeds/{feed_id}/{action}")
 
     def wait(
         self, crawl_id: str, *, console: Console, poll: float = 0.5, timeout: float | None = None, on_tick=None

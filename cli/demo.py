@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-DEMO_SITE = Path(__file__).resolve().parent / "demo_site"
+DEMO_SITE = Path(__file__).resolve().parent / "demo-site"
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -19,7 +19,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 @contextlib.contextmanager
 def serve_demo_site(port: int = 0) -> Iterator[str]:
-    """Serve ``demo_site/`` on 127.0.0.1 (a free port by default) in a thread.
+    """Serve ``demo-site/`` on 127.0.0.1 (a free port by default) in a thread.
 
     Yields:
         The site's index URL, e.g. ``http://127.0.0.1:41234/index.html``.

@@ -25,8 +25,19 @@ from boxcar.cli.client import ApiError, BoxcarClient
 from boxcar.cli.inputs import InputFileError, entry_json, parse_file, rejected_json, seed_json, split_args
 from boxcar.cli.stack import EmbeddedStack, StackError, local_token, running_stack
 from boxcar.shared.settings import Settings
+from boxcar.shared.urls import InvalidURL, canonicalize
 
 err = Console(stderr=True)
+
+
+def _interrupt(signum, _frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP (a closed terminal) stop us like Ctrl-C: cleanly, stack included."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -55,7 +66,8 @@ def api_for(
         yield BoxcarClient(url, token or local_token(settings.data_dir)), None
         return
     stack = EmbeddedStack(settings, use_external_nats=bool(os.environ.get("NATS_URL")))
-    err.print(f"[dim]starting an embedded Boxcar in {settings.data_dir} …[/]")
+    err.print(f"[dim]no running Boxcar for {settings.data_dir}: starting an embedded one …[/]")
+    stop_on_signals()
     try:
         stack.start()
     except StackError as exc:
@@ -65,6 +77,21 @@ def api_for(
     finally:
         err.print("[dim]stopping the embedded Boxcar …[/]")
         stack.stop()
+
+
+def _unarchived(client: BoxcarClient, crawl_id: str) -> list[tuple[dict, str]]:
+    """Snapshots where no hook succeeded, each with the most telling reason (a 404, a timeout, …)."""
+    out = []
+    for snap in client.snapshots(crawl_id):
+        results = snap["results"]
+        if results and not any(r["status"] == "succeeded" for r in results):
+            failed = [r for r in results if r["status"] == "failed"] or results
+            why = next(
+                (f"{r['plugin']}: {r['notes'] or r['output_str']}" for r in failed if r["notes"] or r["output_str"]),
+                "no hook produced anything",
+            )
+            out.append((snap, why[:200]))
+    return out
 
 
 def summary(state: dict, data_dir: Path) -> dict:
@@ -107,8 +134,8 @@ def up(data_dir: str | None, port: int | None) -> None:
         use_external_nats=bool(os.environ.get("NATS_URL")),
     )
     stopping = []
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stopping.append(1))
     try:
         stack.start()
     except StackError as exc:
@@ -155,6 +182,11 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
         parsed = {path: parse_file(path, format_) for path in files}
     except InputFileError as exc:
         fail(str(exc), 2)
+    for url in urls:  # say so now rather than after starting a stack
+        try:
+            canonicalize(url)
+        except InvalidURL as exc:
+            fail(f"{url}: {exc.reason}", 2)
     if dry_run:
         formats = {r.format for r in parsed.values()} | ({"url"} if urls else set())
         entries = [{"url": u, "title": None, "tags": [], "bookmarked_at": None} for u in urls]
@@ -210,10 +242,15 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
             fail(str(exc))
         except KeyboardInterrupt:
             fail(f"interrupted; crawl {crawl_id} continues when Boxcar runs again", 130)
+        empty = [] if as_json else _unarchived(client, crawl_id)
     result = summary(state, settings.data_dir)
     if as_json:
         click.echo(json.dumps(result))
     else:
+        for snap, why in empty[:10]:
+            err.print(f"[yellow]nothing archived[/] for {snap['url']}: {why}")
+        if len(empty) > 10:
+            err.print(f"[yellow]… and {len(empty) - 10} more snapshots with nothing archived[/]")
         r = result["results"]
         err.print(
             f"[bold green]sealed[/]: {result['snapshots']['sealed']} snapshot(s); results "
@@ -241,6 +278,8 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
     db = Database(settings.sqlalchemy_url)
     db.upgrade()
     service = CrawlService(db, settings, get_catalog(), load_families())
+    if crawl_id and service.crawl_status(crawl_id) is None:
+        fail(f"no crawl {crawl_id} in {settings.data_dir}")
     page = service.list_snapshots(crawl_id, limit, 0)
     if as_json:
         for snap in page.items:
@@ -378,7 +417,10 @@ def feeds_add(data_dir, url, schedule, tags, depth, label, api, token, as_json) 
 def feeds_list(data_dir, api, token, as_json) -> None:
     """List subscriptions with their polling state."""
     settings = _settings(data_dir)
-    items = _running_client(settings, api, token).feeds()
+    try:
+        items = _running_client(settings, api, token).feeds()
+    except ApiError as exc:
+        fail(str(exc), 2)
     if as_json:
         for feed in items:
             click.echo(json.dumps(feed))

@@ -10,6 +10,7 @@ running stack's API is.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -28,11 +29,13 @@ from boxcar.ingest.auth import ensure_local_token
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
 from boxcar.shared.plugins import get_catalog
+from boxcar.shared.procutil import die_with_parent
 from boxcar.shared.settings import Settings
 
 log = logging.getLogger("boxcar.stack")
 
 STACK_FILE = ".boxcar/stack.json"
+LOCK_FILE = ".boxcar/stack.lock"  # held (flock) by the process that owns a stack on this data dir
 TOKEN_FILE = ".boxcar/api_token"  # the CLI's own API token for stacks on this data dir (mode 0600)
 
 
@@ -45,6 +48,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:port."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def nats_server_binary() -> str:
@@ -139,7 +153,13 @@ class EmbeddedStack:
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._lock()
         try:
+            if not port_is_free(self.api_port):
+                raise StackError(
+                    f"port {self.api_port} is already in use: pass --port N (or set API_PORT), "
+                    "or stop what listens there"
+                )
             if not self.use_external_nats:
                 self._start_nats()
             db = Database(self.settings.sqlalchemy_url)
@@ -165,6 +185,21 @@ class EmbeddedStack:
             self.stop()
             raise
 
+    def _lock(self) -> None:
+        """Own the data dir: two stacks on one data dir would share (and corrupt) its NATS store."""
+        path = self.data_dir / LOCK_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(path, "a+")  # noqa: SIM115 - held for the stack's lifetime
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            self._lock_file = None
+            raise StackError(
+                f"another Boxcar stack is running on {self.data_dir} "
+                "(stop it first, or use it: `boxcar add` finds it by itself)"
+            ) from None
+
     def _start_nats(self) -> None:
         port = free_port()
         store = self.data_dir / "nats"
@@ -175,7 +210,7 @@ class EmbeddedStack:
                 [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
         try:
             wait_for_port(port, 20, self.nats_proc)
@@ -198,6 +233,8 @@ class EmbeddedStack:
         return env
 
     def _spawn(self, child: Child, env: dict[str, str]) -> None:
+        # Own process group (Ctrl-C reaches only us; we stop children in order) and SIGTERM when
+        # we die, however we die: an embedded stack never outlives the command that started it.
         with open(child.log_path, "ab") as out:
             child.proc = subprocess.Popen(
                 child.argv,
@@ -205,7 +242,7 @@ class EmbeddedStack:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
 
     def _wait_api(self, timeout: float) -> None:
@@ -233,6 +270,8 @@ class EmbeddedStack:
                     "nats_url": self.nats_url,
                     "database_url": self.settings.sqlalchemy_url,
                     "started_at": time.time(),
+                    "children": {c.name: c.proc.pid for c in self.children if c.proc}
+                    | ({"nats-server": self.nats_proc.pid} if self.nats_proc else {}),
                 }
             )
         )
@@ -291,6 +330,9 @@ class EmbeddedStack:
                 stack_file.unlink()
         except (OSError, ValueError):
             pass
+        if getattr(self, "_lock_file", None) is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
 
 
 def local_token(data_dir: Path) -> str:

@@ -56,7 +56,19 @@ def test_bad_input_is_a_clear_error(tmp_path, lib_dir):
     done = run_boxcar("add", str(empty), data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=60)
     assert done.returncode == 2 and "no http(s) URL found" in done.stderr
     done = run_boxcar("add", "ftp://example.com/file", data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=120)
-    assert done.returncode == 2 and "unsupported scheme 'ftp'" in done.stderr and "urls[0]" in done.stderr
+    assert done.returncode == 2 and "ftp://example.com/file: unsupported scheme 'ftp'" in done.stderr
+    assert "starting" not in done.stderr  # refused before any stack was started
+    done = run_boxcar(
+        "add",
+        "--api",
+        "http://127.0.0.1:9",
+        "https://example.com/",
+        data_dir=tmp_path / "data",
+        lib_dir=lib_dir,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "cannot reach the Boxcar API at http://127.0.0.1:9" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_dry_run_previews_an_export_without_creating_anything(tmp_path, lib_dir):
@@ -72,3 +84,43 @@ def test_dry_run_previews_an_export_without_creating_anything(tmp_path, lib_dir)
     assert set(preview["entries"][0]) == {"url", "title", "tags", "bookmarked_at"}
     assert isinstance(preview["entries"][0]["tags"], list) and preview["rejected"] == []
     assert not (tmp_path / "data").exists()
+
+
+def test_no_service_outlives_a_killed_boxcar_up(tmp_path, lib_dir):
+    """`boxcar up` killed with SIGKILL (no chance to clean up): its services and NATS go too."""
+    import signal
+
+    from tests.helpers import wait_until
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "NATS_URL", "BOXCAR_API_URL")}
+    env.update(DATA_DIR=str(tmp_path / "data"), ABXPKG_LIB_DIR=str(lib_dir))
+    up = subprocess.Popen([BOXCAR, "up", "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stack_file = tmp_path / "data" / ".boxcar" / "stack.json"
+    try:
+        info = wait_until(lambda: stack_file.exists() and json.loads(stack_file.read_text()), 60, "boxcar up")
+    except AssertionError:
+        up.kill()
+        raise AssertionError(up.stderr.read().decode()[-2000:]) from None
+    children = info["children"]
+    assert {"ingest", "crawl-runner", "nats-server", "hook-executor-fetch"} <= set(children)
+    up.send_signal(signal.SIGKILL)
+    up.wait(10)
+
+    def gone(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_until(lambda: all(gone(pid) for pid in children.values()), 40, "every child of boxcar up to exit")
+    # and the data dir is free again: a new stack starts on it
+    again = subprocess.Popen([BOXCAR, "up", "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(
+            lambda: stack_file.exists() and json.loads(stack_file.read_text())["pid"] == again.pid,
+            60,
+            "a second boxcar up on the same data dir",
+        )
+    finally:
+        again.send_signal(signal.SIGINT)
+        again.wait(60)

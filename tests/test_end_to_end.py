@@ -72,7 +72,7 @@ def test_depth_one_crawl_archives_linked_pages(db_url, nats_url, make_stack, dem
     root = next(s for s in snaps if s.depth == 0)
     children = [s for s in snaps if s.depth == 1]
     linked = set(
-        re.findall(r'href="([a-z]+\.html)"', Path(__file__).parents[1].joinpath("cli/demo_site/index.html").read_text())
+        re.findall(r'href="([a-z]+\.html)"', Path(__file__).parents[1].joinpath("cli/demo-site/index.html").read_text())
     )
     base = demo_site.rsplit("/", 1)[0]
     assert root.url == demo_site

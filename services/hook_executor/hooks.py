@@ -12,7 +12,6 @@ changed in the plugin dir during the run (success is never inferred from files).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import logging
 import mimetypes
@@ -27,6 +26,7 @@ from boxcar.shared.db.models import utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, DiscoveredURL, OutputFile, ProcessRecord
 from boxcar.shared.plugins import Hook
+from boxcar.shared.procutil import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +44,9 @@ _STATUS_ALIASES = {
     "error": "failed",
 }
 _FINAL = ("succeeded", "failed", "skipped", "noresults")
-_PR_SET_PDEATHSIG = 1
 
 
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child must not dlopen after fork
-except OSError:  # pragma: no cover - non-glibc platforms
-    _libc = None
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: own session, SIGKILL when the executor dies."""
-    os.setsid()
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+_die_with_parent = die_with_parent(signal.SIGKILL)
 
 
 def normalize_status(value: Any) -> str:

@@ -66,7 +66,8 @@ def test_bad_input_names_the_field(client, payload, status, words):
 
 
 def test_unknown_crawl_is_404_and_openapi_is_served(client):
-    assert client.get("/api/v1/crawls/0123").status_code == 404
+    assert client.get("/api/v1/crawls/" + "0" * 32).status_code == 404
+    assert client.get("/api/v1/crawls/0123").status_code == 400  # not an id at all
     schema = client.get("/schema/openapi.json").json()
     assert {"/api/v1/crawls", "/api/v1/crawls/{crawl_id}", "/api/v1/snapshots"} <= set(schema["paths"])
     assert client.get("/healthz").json() == {"ok": True, "nats": False}
