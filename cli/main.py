@@ -470,3 +470,38 @@ def _running_client(settings: Settings, api: str | None, token: str | None) -> B
     if not url:
         fail(f"no running Boxcar for {settings.data_dir}: start one with `boxcar up` (or pass --api)")
     return BoxcarClient(url, token or os.environ.get("BOXCAR_API_TOKEN") or local_token(settings.data_dir))
+
+
+@cli.command("install")
+@common_options
+@click.option("--family", "families", multiple=True, help="Only this family's plugins (repeatable)")
+@click.option("--allow-apt", is_flag=True, help="Let apt-get install host packages (root; changes the machine)")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row")
+def install_cmd(data_dir, families, allow_apt, as_json) -> None:
+    """Resolve every binary the enabled plugins need into DATA_DIR/lib (abxpkg), and report.
+
+    Exits non-zero when an enabled plugin cannot run. Safe to repeat: a second run installs nothing.
+    """
+    from boxcar.cli.install import install
+    from boxcar.shared.families import load_families
+    from boxcar.shared.plugins import get_catalog
+
+    settings = _settings(data_dir)
+    known = load_families().families
+    unknown = [f for f in families if f not in known]
+    if unknown:
+        fail(f"unknown family {', '.join(unknown)}; one of {', '.join(known)}", 2)
+    with err.status("resolving binaries (first run installs node, npm packages, … into the lib dir)"):
+        report = install(settings, get_catalog(), list(families) or None, allow_apt=allow_apt)
+    if as_json:
+        for row in report.rows:
+            click.echo(json.dumps(row.__dict__))
+    else:
+        table = Table("plugin", "binary", "status", "version", "path / reason", title=f"binaries in {settings.lib_dir}")
+        colors = {"found": "green", "installed": "cyan", "missing": "red", "disabled": "dim"}
+        for row in report.rows:
+            table.add_row(row.plugin, row.binary, f"[{colors[row.status]}]{row.status}[/]", row.version, row.where)
+        Console().print(table)
+    if not report.ok:
+        fail(f"these enabled plugins cannot run: {', '.join(report.unrunnable)} (see the table)", 1)
+    err.print("[green]every enabled plugin has what it needs[/]")

@@ -9,7 +9,9 @@ from collections import Counter
 import nats
 
 from boxcar.shared.db import Database
+from boxcar.shared.families import load_families
 from boxcar.shared.messages import HookTask, SnapshotEvent, decode
+from boxcar.shared.settings import DEFAULT_PLUGINS
 from tests.helpers import load_crawl, submit, wait_sealed
 
 
@@ -60,9 +62,11 @@ def test_two_runners_never_claim_or_dispatch_twice(pg_url, nats_url, make_stack,
     tasks = [decode(data, HookTask) for subject, data in tap.messages if subject.startswith("tasks.")]
     dispatched = Counter(t.task_id for t in tasks)
     assert dispatched and max(dispatched.values()) == 1, [k for k, v in dispatched.items() if v > 1]
-    # every snapshot went through fetch(1), extract+parse(2), index(3) and finalize(99) exactly once
+    # every snapshot went through each stage's families and finalize exactly once
+    plan = load_families().plan(DEFAULT_PLUGINS)
     per_snapshot = Counter(t.snapshot_id for t in tasks)
-    assert set(per_snapshot.values()) == {5} and set(per_snapshot) == {s.id for s in snaps}
+    assert set(per_snapshot.values()) == {sum(len(f) for _, f in plan) + 1}
+    assert set(per_snapshot) == {s.id for s in snaps}
 
     started = [decode(data, SnapshotEvent) for subject, data in tap.messages if subject == "events.snapshot.started"]
     claims = Counter(e.snapshot_id for e in started)

@@ -114,6 +114,8 @@ class BinaryRecord(msgspec.Struct, kw_only=True):
     binprovider: str = ""
     machine: str = ""
     bin_dirs: list[str] = []
+    #: search paths a consumer needs besides PATH, e.g. ``{"NODE_PATH": [".../node_modules"]}``
+    env_paths: dict[str, list[str]] = {}
 
 
 class BinaryReply(msgspec.Struct, kw_only=True):
@@ -123,6 +125,7 @@ class BinaryReply(msgspec.Struct, kw_only=True):
     ok: bool
     binary: BinaryRecord | None = None
     error: str = ""
+    installed: bool = False  # True when this request installed it (False: it was already there)
 
 
 class SeedURL(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -19,6 +19,8 @@ from typing import Any
 
 import msgspec
 
+from boxcar.shared.binaries import DISABLED_BY_DEFAULT, apply_override, enabled_explicitly, load_overrides
+
 HOOK_NAME = re.compile(r"^on_(?P<event>[A-Za-z]+)__(?:(?P<order>\d+)_)?(?P<desc>.+)$")
 HOOK_SUFFIXES = {".py": "python", ".js": "node"}
 # Settings of Boxcar itself that hooks must never see (credentials, service wiring).
@@ -146,13 +148,32 @@ class PluginCatalog:
         return _resolve_cached(self, names, tuple(sorted(environ.items())))
 
     def enabled_plugins(self, selected: Iterable[str], environ: Mapping[str, str]) -> list[str]:
-        """The plugins of ``selected`` (plus requirements) whose ``<PLUGIN>_ENABLED`` is true."""
+        """The plugins of ``selected`` (plus requirements) that are enabled (see ``disabled``)."""
         plugins = self.with_requirements(selected)
-        resolved = self.resolve_config(plugins, environ)
-        return [p for p in plugins if resolved.get(p, {}).get(f"{p.upper()}_ENABLED", True) is not False]
+        off = self.disabled(plugins, environ)
+        return [p for p in plugins if p not in off]
 
-    def required_binaries(self, plugin: str, resolved: Mapping[str, Any]) -> list[tuple[str | None, dict]]:
-        """The plugin's ``required_binaries`` records, hydrated with its resolved config.
+    def disabled(self, plugins: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
+        """``{plugin: why}`` for the plugins that will not run: ``<PLUGIN>_ENABLED=false``, or one
+        of Boxcar's ``DISABLED_BY_DEFAULT`` not explicitly enabled."""
+        plugins = list(plugins)
+        resolved = self.resolve_config(plugins, environ)
+        out = {}
+        for p in plugins:
+            if p in DISABLED_BY_DEFAULT and not enabled_explicitly(p, environ):
+                out[p] = DISABLED_BY_DEFAULT[p]
+            elif resolved.get(p, {}).get(f"{p.upper()}_ENABLED", True) is False:
+                out[p] = f"{p.upper()}_ENABLED=false"
+        return out
+
+    def required_binaries(
+        self, plugin: str, resolved: Mapping[str, Any], lib_dir: str
+    ) -> list[tuple[str | None, dict]]:
+        """The plugin's ``required_binaries`` records, hydrated with its resolved config and
+        ``lib_dir`` (``ABXPKG_LIB_DIR``: every managed ``install_root`` lies under it).
+
+        Boxcar's overrides (``boxcar.shared.binaries``) are applied: pins this machine's
+        registries cannot satisfy are replaced by the nearest versions they carry.
 
         Returns:
             ``[(config_key, record), ...]`` where ``config_key`` is the ``*_BINARY`` setting the
@@ -160,11 +181,13 @@ class PluginCatalog:
         """
         from abx_plugins.plugins.base.utils import hydrate_required_binary
 
+        table = load_overrides()
+        resolved = {**resolved, "ABXPKG_LIB_DIR": lib_dir}
         out = []
         for record in self.plugins[plugin].schema.get("required_binaries") or []:
             name = str(record.get("name", "")).strip()
             key = name[1:-1].strip() if name.startswith("{") and name.endswith("}") else None
-            out.append((key, hydrate_required_binary(record, resolved)))
+            out.append((key, apply_override(name, hydrate_required_binary(record, resolved), table)))
         return out
 
     def hook_env(self, plugins: Iterable[str], resolved: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:

@@ -18,9 +18,20 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-#: Plugins enabled when neither the request nor ``PLUGINS`` names any. The browser family joins
-#: in a later release; these are the ones that run offline without Chromium.
+#: Plugins enabled when neither the request nor ``PLUGINS`` names any: a real browser's captures
+#: (Chromium: title, screenshot, PDF, DOM, headers, redirects, SEO metadata, outlinks) plus wget's
+#: mirror and WARC, readable text, links and a hash manifest.
 DEFAULT_PLUGINS: tuple[str, ...] = (
+    "chrome",
+    "title",
+    "screenshot",
+    "pdf",
+    "dom",
+    "headers",
+    "redirects",
+    "seo",
+    "staticfile",
+    "parse_dom_outlinks",
     "wget",
     "favicon",
     "htmltotext",
@@ -28,7 +39,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "parse_html_urls",
     "hashes",
 )
-
 
 #: ArchiveBox's default: page requisites are not pages worth a snapshot of their own.
 DEFAULT_URL_DENYLIST = r"\.(css|js|otf|ttf|woff|woff2|gstatic\.com|googleapis\.com/css)(\?.*)?$"
@@ -68,6 +78,8 @@ class Settings(BaseSettings):
     task_ack_wait: int = Field(default=60, ge=5, description="JetStream ack wait for hook tasks")
     task_max_deliver: int = Field(default=3, ge=1)
     hook_kill_grace: float = Field(default=5.0, ge=0, description="SIGTERM→SIGKILL grace for hooks")
+    browser_recycle_after: int = Field(default=50, ge=0, description="Snapshots per Chromium before a fresh one")
+    browser_memory_limit: int = Field(default=3 * 1024**3, ge=0, description="Chromium RSS bytes that force a recycle")
 
     abxpkg_lib_dir: Path | None = Field(default=None, description="Managed binaries; default DATA_DIR/lib")
     binary_install_providers: Annotated[list[str], NoDecode] = Field(

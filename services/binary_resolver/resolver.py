@@ -37,6 +37,13 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
     """
     from abx_plugins.plugins.base.utils import load_required_binary
 
+    for provider, fields in (request.overrides or {}).items():
+        root = (fields or {}).get("install_root") if isinstance(fields, dict) else None
+        if root and not Path(root).resolve().is_relative_to(lib_dir.resolve()):
+            return BinaryReply(
+                ok=False,
+                error=f"refusing to install {request.name} outside ABXPKG_LIB_DIR ({provider} install_root {root})",
+            )
     record = {
         "name": request.name,
         "binproviders": request.binproviders,
@@ -46,7 +53,11 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
         "min_release_age": request.min_release_age,
         "postinstall_scripts": request.postinstall_scripts,
     }
-    environ = {**os.environ, "ABXPKG_LIB_DIR": str(lib_dir)}
+    # Binaries installed earlier (node from npm, env projections) serve the installs that need them.
+    path = os.pathsep.join(
+        [str(lib_dir / "npm" / "node_modules" / ".bin"), str(lib_dir / "env" / "bin"), os.environ.get("PATH", "")]
+    )
+    environ = {**os.environ, "ABXPKG_LIB_DIR": str(lib_dir), "PATH": path}
     config = {"ABXPKG_LIB_DIR": str(lib_dir)}
     load_error = ""
     try:
@@ -75,17 +86,26 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
             return BinaryReply(
                 ok=False, error=f"installing {request.name} via {','.join(allowed)} failed: {exc}"[:2000]
             )
+        installed = True
+    else:
+        installed = False
     abspath = str(binary.loaded_abspath or binary.abspath)
+    provider = binary.loaded_binprovider
+    env_paths = {}
+    if getattr(provider, "name", "") in ("pnpm", "npm") and getattr(provider, "install_root", None):
+        env_paths["NODE_PATH"] = [str(Path(provider.install_root) / "node_modules")]  # node packages' modules
     return BinaryReply(
         ok=True,
+        installed=installed,
         binary=BinaryRecord(
             name=request.name,
             abspath=abspath,
             version=str(binary.loaded_version or ""),
             sha256=str(binary.loaded_sha256 or ""),
-            binprovider=getattr(binary.loaded_binprovider, "name", ""),
+            binprovider=getattr(provider, "name", ""),
             machine=machine,
             bin_dirs=[str(Path(abspath).parent)],
+            env_paths=env_paths,
         ),
     )
 

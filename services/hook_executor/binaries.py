@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -60,23 +61,24 @@ class BinaryClient:
 
         Returns:
             ``{"WGET_BINARY": "/usr/bin/wget", "PATH_PREPEND": "dir1:dir2"}``-style additions;
-            ``PATH_PREPEND`` lists directories to put in front of ``PATH``.
+            ``<VAR>_PREPEND`` lists directories to put in front of ``<VAR>`` (``PATH``,
+            ``NODE_PATH``).
 
         Raises:
             BinaryUnavailable: a binary cannot be had (the hook must be recorded failed).
             ResolverUnreachable: no resolver answered.
         """
         env: dict[str, str] = {}
-        dirs: list[str] = []
+        paths: dict[str, list[str]] = {"PATH": []}
         for config_key, record in records:
             binary = await self.resolve(plugin, record)
             if config_key:
                 env[config_key] = binary.abspath
-            for d in binary.bin_dirs:
-                if d not in dirs:
-                    dirs.append(d)
-        if dirs:
-            env["PATH_PREPEND"] = ":".join(dirs)
+            for var, entries in {"PATH": binary.bin_dirs, **binary.env_paths}.items():
+                paths.setdefault(var, []).extend(e for e in entries if e not in paths.setdefault(var, []))
+        for var, entries in paths.items():
+            if entries:
+                env[f"{var}_PREPEND"] = os.pathsep.join(entries)
         return env
 
     async def resolve(self, plugin: str, record: dict[str, Any]) -> BinaryRecord:

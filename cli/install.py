@@ -1,0 +1,112 @@
+"""``boxcar install``: provision every binary the enabled plugins need, ahead of any crawl.
+
+Resolves each plugin's ``required_binaries`` (with Boxcar's overrides, ``boxcar.shared.binaries``)
+the way the binary-resolver does — host binaries first, managed installs into ``ABXPKG_LIB_DIR``
+as the fallback — and reports a table. A second run finds everything and installs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from boxcar.binary_resolver.resolver import resolve_binary
+from boxcar.shared.binaries import DISABLED_BY_DEFAULT
+from boxcar.shared.families import load_families
+from boxcar.shared.messages import BinaryRequest
+from boxcar.shared.plugins import PRIVATE_ENV_KEYS, PluginCatalog
+from boxcar.shared.settings import Settings
+
+
+@dataclass
+class Row:
+    """One line of the report: a binary of a plugin, or a plugin that will not run."""
+
+    plugin: str
+    binary: str
+    status: str  # found | installed | missing | disabled
+    version: str = ""
+    where: str = ""
+
+
+@dataclass
+class InstallReport:
+    rows: list[Row] = field(default_factory=list)
+    unrunnable: list[str] = field(default_factory=list)  # enabled plugins with a missing binary
+
+    @property
+    def ok(self) -> bool:
+        return not self.unrunnable
+
+
+def install(
+    settings: Settings, catalog: PluginCatalog, families: list[str] | None = None, allow_apt: bool = False
+) -> InstallReport:
+    """Resolve (installing when needed) the binaries of the enabled default plugins.
+
+    Args:
+        families: only the plugins these families run (default: all of the selection).
+        allow_apt: also let apt install host packages (root only; changes the machine).
+    """
+    table = load_families()
+    selected = [
+        p
+        for p in settings.plugins
+        if families is None or ((f := table.family_of(p)) is not None and f.name in families)
+    ]
+    environ = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV_KEYS}
+    environ["ABXPKG_LIB_DIR"] = str(settings.lib_dir)
+    plugins = catalog.with_requirements(selected)
+    report = InstallReport()
+    # what will not run, and why: the selection's disabled plugins and every extension plugin
+    shown = catalog.disabled(list(dict.fromkeys(plugins + [p for p in DISABLED_BY_DEFAULT if p in catalog])), environ)
+    for plugin, why in shown.items():
+        report.rows.append(Row(plugin, "", "disabled", where=why))
+    enabled = catalog.enabled_plugins(selected, environ)
+    resolved = catalog.resolve_config(enabled, environ)
+    providers = list(settings.binary_install_providers) + (["apt"] if allow_apt else [])
+    settings.lib_dir.mkdir(parents=True, exist_ok=True)
+    answers: dict[str, tuple[bool, Row]] = {}
+    for plugin in enabled:
+        section = {**resolved.get("base", {}), **resolved.get(plugin, {})}
+        for _key, record in catalog.required_binaries(plugin, section, str(settings.lib_dir)):
+            cache_key = json.dumps(record, sort_keys=True, default=str)
+            if cache_key not in answers:
+                reply = resolve_binary(
+                    _request(record, plugin, settings.machine_name), settings.lib_dir, providers, settings.machine_name
+                )
+                if reply.ok and reply.binary:
+                    b = reply.binary
+                    row = Row(
+                        plugin,
+                        record["name"],
+                        "installed" if reply.installed else "found",
+                        b.version,
+                        f"{b.abspath} ({b.binprovider})",
+                    )
+                else:
+                    row = Row(plugin, record["name"], "missing", where=reply.error)
+                answers[cache_key] = (reply.ok, row)
+                report.rows.append(row)
+            if not answers[cache_key][0] and plugin not in report.unrunnable:
+                report.unrunnable.append(plugin)
+    # a plugin that requires an unrunnable one can't run either (title needs chrome)
+    for plugin in enabled:
+        if plugin not in report.unrunnable and any(r in report.unrunnable for r in catalog.with_requirements([plugin])):
+            report.unrunnable.append(plugin)
+    return report
+
+
+def _request(record: dict, plugin: str, machine: str) -> BinaryRequest:
+    return BinaryRequest(
+        name=str(record.get("name", "")),
+        binproviders=str(record.get("binproviders") or "env"),
+        min_version=record.get("min_version") or None,
+        max_version=record.get("max_version") or None,
+        overrides=dict(record.get("overrides") or {}),
+        min_release_age=record.get("min_release_age"),
+        postinstall_scripts=record.get("postinstall_scripts"),
+        plugin=plugin,
+        machine=machine,
+    )

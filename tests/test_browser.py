@@ -1,0 +1,180 @@
+"""The browser family: real Chromium captures of corpus pages, no orphaned browsers when an
+executor is SIGKILLed, bounded browsers under recycling, and `boxcar install` provisioning."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import imagesize
+import psutil
+import pytest
+
+from boxcar.hook_executor.reaper import WORKER_ENV
+from boxcar.shared.db import Database
+from tests.helpers import load_crawl, submit, wait_sealed, wait_until
+
+CORPUS = Path(os.environ.get("BOXCAR_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared")) / "corpus"
+BOXCAR = str(Path(sys.executable).parent / "boxcar")
+
+
+def corpus_pages(corpus_server: str, n: int, offset: int = 0) -> list[tuple[str, dict]]:
+    """``n`` real captured pages with their expected metadata."""
+    rows = [line.split("\t") for line in (CORPUS / "manifest.tsv").read_text().splitlines()[1:]]
+    names = [r[0] for r in rows if r[3] == "capture"][offset : offset + n]
+    return [
+        (f"{corpus_server}/pages/{name}/", json.loads((CORPUS / "pages" / name / "expected-metadata.json").read_text()))
+        for name in names
+    ]
+
+
+def og_title(html: str) -> str | None:
+    import re
+
+    match = re.search(r'<meta[^>]+property=["\']og:title["\'][^>]+content=["\']([^"\']*)', html, re.IGNORECASE)
+    return match.group(1).strip() if match else None
+
+
+def browser_processes(worker_prefix: str = "browser-") -> list[psutil.Process]:
+    """Chromium processes started by a browser-family executor (they inherit its worker id)."""
+    out = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if "chrom" in (proc.info["name"] or "") and proc.environ().get(WORKER_ENV, "").startswith(worker_prefix):
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
+
+
+def test_default_selection_captures_pages_with_a_real_browser(pg_url, nats_url, make_stack, corpus_server):
+    pages = corpus_pages(corpus_server, 10)
+    stack = make_stack(pg_url, nats_url)
+    crawl_id = submit(stack, urls=[url for url, _ in pages])
+    wait_sealed(stack, crawl_id, timeout=900)
+    _, snaps, results = load_crawl(Database(pg_url), crawl_id)
+    by_url = {s.url: s for s in snaps}
+    width, height = 1440, 2000  # CHROME_RESOLUTION's default
+    titles_ok = 0
+    for url, meta in pages:
+        snap = by_url[url]
+        mine = {r.plugin: r for r in results if r.snapshot_id == snap.id and r.plugin != "chrome"}
+        for plugin in ("title", "screenshot", "pdf", "dom", "headers"):
+            assert mine[plugin].status == "succeeded", f"{url} {plugin}: {mine[plugin].status} {mine[plugin].notes}"
+        snap_dir = stack.data_dir / snap.output_dir
+        png = snap_dir / "screenshot" / "screenshot.png"
+        assert imagesize.get(png)[0] == width and imagesize.get(png)[1] <= height, imagesize.get(png)
+        assert (snap_dir / "pdf" / "output.pdf").read_bytes()[:5] == b"%PDF-"
+        dom = (snap_dir / "dom" / "output.html").read_text(errors="replace")
+        assert "<html" in dom.lower()
+        assert json.loads((snap_dir / "headers" / "headers.json").read_text())
+        expected = {
+            meta.get("title"),
+            og_title((CORPUS / "pages" / url.rstrip("/").rsplit("/", 1)[1] / "index.html").read_text(errors="replace")),
+        } - {None}
+        titles_ok += snap.title in expected
+    assert titles_ok >= 9, f"snapshot titles matched the page's on {titles_ok}/10"
+
+
+def test_no_browser_survives_a_sigkilled_executor(pg_url, nats_url, make_stack, corpus_server):
+    plugins = ["chrome", "title", "screenshot", "dom"]
+    stack = make_stack(pg_url, nats_url, env={"PLUGINS": ",".join(plugins), "TASK_ACK_WAIT": "10"})
+    executor = next(c for c in stack.children if c.name == "hook-executor-browser")
+    pages = [url for url, _ in corpus_pages(corpus_server, 8, offset=20)]
+    crawl_id = submit(stack, urls=pages)
+
+    mid_crawl = wait_until(
+        lambda: [p for p in browser_processes() if "--type=" not in " ".join(p.cmdline())],
+        300,
+        "the browser executor's Chromium",
+    )
+    killed_worker = mid_crawl[0].environ()[WORKER_ENV]
+    executor.proc.send_signal(signal.SIGKILL)
+    executor.proc.wait(10)
+    survivors = browser_processes(killed_worker)
+    assert survivors, "expected Chromium (detached by the launch hook) to outlive a SIGKILLed executor"
+    assert stack.supervise_once() == ["hook-executor-browser"]  # what `boxcar up` does: restart it
+
+    wait_sealed(stack, crawl_id, timeout=600)
+    assert browser_processes(killed_worker) == [], "processes of the killed worker survived its restart"
+    hook_procs = [p for p in psutil.process_iter() if _env(p).get(WORKER_ENV) == killed_worker]
+    assert hook_procs == []
+    _, snaps, results = load_crawl(Database(pg_url), crawl_id)
+    assert len(snaps) == 8 and all(s.status == "sealed" for s in snaps)
+    per_hook = Counter((r.snapshot_id, r.hook_name) for r in results)
+    hooks_per_snapshot = Counter(sid for sid, _ in per_hook)
+    assert set(per_hook.values()) == {1}
+    assert len(set(hooks_per_snapshot.values())) == 1, "some snapshot misses a hook's result"
+
+
+def _env(proc: psutil.Process) -> dict:
+    try:
+        return proc.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return {}
+
+
+def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, corpus_server):
+    stack = make_stack(pg_url, nats_url, env={"PLUGINS": "chrome,title", "BROWSER_RECYCLE_AFTER": "20"})
+    pages = [url for url, _ in corpus_pages(corpus_server, 50, offset=30)]
+    assert len(pages) == 50
+    peak, mains, stop = [0], set(), threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            browsers = [p for p in browser_processes() if "--type=" not in " ".join(_cmdline(p))]
+            peak[0] = max(peak[0], len(browsers))
+            mains.update(p.pid for p in browsers)
+            stop.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        crawl_id = submit(stack, urls=pages)
+        wait_sealed(stack, crawl_id, timeout=900)
+    finally:
+        stop.set()
+        sampler.join(5)
+    _, snaps, results = load_crawl(Database(pg_url), crawl_id)
+    assert len(snaps) == 50 and sum(r.plugin == "title" and r.status == "succeeded" for r in results) >= 48
+    assert peak[0] == 1, f"{peak[0]} browsers alive at once (one worker must have at most one)"
+    assert len(mains) >= 3, f"50 snapshots with recycling every 20 should use 3 browsers, saw {len(mains)}"
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
+def test_install_provisions_everything_then_is_a_no_op(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("ABXPKG_LIB_DIR", "DATABASE_URL", "NATS_URL")}
+    env["DATA_DIR"] = str(tmp_path / "data")
+    first = subprocess.run([BOXCAR, "install", "--json"], env=env, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rows = [json.loads(line) for line in first.stdout.splitlines()]
+    by_binary = {r["binary"]: r for r in rows if r["binary"]}
+    assert {"node", "abxbus", "browsers", "chromium", "pdftoppm", "wget", "trafilatura"} <= set(by_binary)
+    assert all(r["status"] in ("found", "installed") for r in by_binary.values())
+    assert by_binary["node"]["version"] == "24.22.1"
+    assert str(tmp_path / "data" / "lib") in by_binary["abxbus"]["where"]  # managed installs stay in DATA_DIR/lib
+    disabled = {r["plugin"]: r["where"] for r in rows if r["status"] == "disabled"}
+    assert "Chrome Web Store" in disabled["singlefile"] and "ublock" in disabled
+
+    second = subprocess.run([BOXCAR, "install", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr[-3000:]
+    again = [json.loads(line) for line in second.stdout.splitlines() if line.strip()]
+    assert [r["status"] for r in again if r["binary"]] == ["found"] * len(by_binary)  # nothing installed twice
+
+
+@pytest.fixture(autouse=True)
+def _needs_chromium():
+    if not any(Path(p, "chromium").exists() for p in os.environ.get("PATH", "").split(os.pathsep)):
+        pytest.skip("chromium is not installed (make install-system-deps / apt-get install chromium)")
