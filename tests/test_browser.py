@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from html.parser import HTMLParser
 from pathlib import Path
 
 import imagesize
@@ -35,10 +36,19 @@ def corpus_pages(corpus_server: str, n: int, offset: int = 0) -> list[tuple[str,
 
 
 def og_title(html: str) -> str | None:
-    import re
+    """The page's ``<meta property="og:title" content=…>``, read with a real HTML parser."""
 
-    match = re.search(r'<meta[^>]+property=["\']og:title["\'][^>]+content=["\']([^"\']*)', html, re.IGNORECASE)
-    return match.group(1).strip() if match else None
+    class Meta(HTMLParser):
+        found: str | None = None
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "meta" and attrs.get("property") == "og:title" and self.found is None:
+                self.found = (attrs.get("content") or "").strip()
+
+    parser = Meta()
+    parser.feed(html)
+    return parser.found or None
 
 
 def browser_processes(worker_prefix: str = "browser-") -> list[psutil.Process]:

@@ -34,6 +34,7 @@ EXIT_SKIPPED = 10
 mimetypes.add_type("application/warc", ".warc")  # so x.warc.gz is application/warc (gzip-encoded)
 STREAM_LIMIT = 16 * 1024 * 1024  # longest stdout line we accept (a record with big output_json)
 TAIL_BYTES = 64 * 1024  # stdout/stderr kept on the Process record
+SMALL_JSON = 64 * 1024  # a result's JSON file up to this size is inlined as its output_json
 _STATUS_ALIASES = {
     "success": "succeeded",
     "succeded": "succeeded",
@@ -253,6 +254,9 @@ class HookProcess:
             if status == "failed":
                 notes = str(record.get("error") or output_str or self.stderr_tail(2000).strip())
         files = self.output_files()
+        output_json = (record or {}).get("output_json")
+        if output_json is None and status == "succeeded":
+            output_json = self._small_json_output(output_str)
         by_type: dict[str, int] = {}
         for f in files.values():
             by_type[f.mimetype] = by_type.get(f.mimetype, 0) + f.size
@@ -264,7 +268,7 @@ class HookProcess:
             hook_name=self.hook.name,
             status=status,
             output_str=output_str[:10000],
-            output_json=(record or {}).get("output_json"),
+            output_json=output_json,
             output_files=files,
             output_size=sum(f.size for f in files.values()),
             output_mimetypes=",".join(m for m, _ in sorted(by_type.items(), key=lambda kv: -kv[1]) if m)[:512],
@@ -273,6 +277,20 @@ class HookProcess:
             notes=notes[:10000],
             process_id=self.process_id,
         )
+
+    def _small_json_output(self, output_str: str) -> Any:
+        """A hook's structured output when its result names a small JSON file (``seo/seo.json``):
+        the parsed object, so consumers (the projector's title choice, API clients) need no file."""
+        if not output_str.endswith(".json"):
+            return None
+        path = self.plugin_dir.parent / output_str
+        try:
+            if path.resolve().is_relative_to(self.plugin_dir.resolve()) and path.stat().st_size <= SMALL_JSON:
+                value = json.loads(path.read_text(encoding="utf-8"))
+                return value if isinstance(value, dict) else None
+        except (OSError, ValueError):
+            return None
+        return None
 
     def process_record(self, snapshot_id: str, crawl_id: str, machine: str) -> ProcessRecord:
         return ProcessRecord(

@@ -29,6 +29,7 @@ from boxcar.shared.db.models import ArchiveResult, Binary, Process, Snapshot, ut
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, BinaryRecord, ProcessRecord, decode
 from boxcar.shared.settings import Settings
+from boxcar.shared.titles import page_title
 
 log = logging.getLogger("boxcar.result_projector")
 tracer = telemetry.tracer("boxcar.result_projector")
@@ -72,13 +73,39 @@ def upsert_archiveresult(s: Session, r: ArchiveResultRecord) -> str:
             ),
         )
     )
-    if r.plugin == "title" and r.status == "succeeded" and r.output_str.strip():
-        s.execute(
-            update(Snapshot)
-            .where(Snapshot.id == r.snapshot_id, or_(Snapshot.title.is_(None), Snapshot.title == ""))
-            .values(title=r.output_str.strip()[:512])
-        )
+    if r.plugin in ("title", "seo") and r.status == "succeeded":
+        refresh_title(s, r.snapshot_id)
     return r.snapshot_id
+
+
+def refresh_title(s: Session, snapshot_id: str) -> None:
+    """Snapshot.title from the browser: ``og:title``, else the cleaned ``<title>`` (``titles.page_title``).
+
+    A title the snapshot already has from its source (a bookmark's, a feed item's) is kept; one this
+    projector derived earlier from fewer results is refined.
+    """
+    results = dict(
+        s.execute(
+            select(ArchiveResult.plugin, ArchiveResult).where(
+                ArchiveResult.snapshot_id == snapshot_id,
+                ArchiveResult.plugin.in_(("title", "seo")),
+                ArchiveResult.status == "succeeded",
+            )
+        ).all()
+    )
+    title = results.get("title")
+    if title is None or not title.output_str.strip():
+        return
+    seo = results.get("seo")
+    best = page_title(title.output_str, seo.output_json if seo and isinstance(seo.output_json, dict) else None)
+    raw = " ".join(title.output_str.split())
+    s.execute(
+        update(Snapshot)
+        .where(
+            Snapshot.id == snapshot_id, or_(Snapshot.title.is_(None), Snapshot.title == "", Snapshot.title == raw[:512])
+        )
+        .values(title=best[:512])
+    )
 
 
 def upsert_process(s: Session, p: ProcessRecord) -> None:

@@ -57,8 +57,10 @@ def test_required_binaries_are_hydrated_from_config():
 def test_boxcar_overrides_replace_pins_the_registries_here_cannot_meet():
     catalog = get_catalog()
     resolved = catalog.resolve_config(["chrome"], {})
-    records = dict((r["name"], r) for _, r in catalog.required_binaries(
-        "chrome", {**resolved["base"], **resolved["chrome"]}, "/data/lib"))
+    records = dict(
+        (r["name"], r)
+        for _, r in catalog.required_binaries("chrome", {**resolved["base"], **resolved["chrome"]}, "/data/lib")
+    )
     assert records["abxbus"]["overrides"]["pnpm"]["install_args"] == ["abxbus@2.5.56"]
     assert records["abxbus"]["overrides"]["pnpm"]["install_root"] == "/data/lib/pnpm/packages/abxbus"
     assert "dexie-export-import@4.4.0" in records["browsers"]["overrides"]["pnpm"]["install_args"]
