@@ -9,6 +9,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test install system-deps up lint bench clean
 
 run: install
+	$(VENV)/bin/boxcar install
 	@if [ -n "$(URLS)" ]; then $(VENV)/bin/boxcar add --wait $(URLS); else $(VENV)/bin/boxcar demo; fi
 
 test: install
@@ -27,14 +28,15 @@ $(STAMP): pyproject.toml constraints.txt scripts/find-python
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
-# Host binaries the default plugins use; installed with apt-get when missing and we are root.
-SYSTEM_BINARIES := wget
+# Host programs the default plugins use (binary:Debian package); installed with apt-get when
+# missing and we are root. npm lets the binary-resolver fetch Node 24 for the browser hooks.
+SYSTEM_PACKAGES := wget:wget chromium:chromium pdftoppm:poppler-utils npm:npm
 system-deps:
-	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	 if [ -n "$$missing" ]; then \
 	   if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	     echo "installing$$missing with apt-get"; apt-get update -qq && apt-get install -y -qq $$missing; \
-	   else echo "error: missing$$missing; install it with your package manager (e.g. sudo apt-get install$$missing)"; exit 1; fi; \
+	     echo "installing$$missing with apt-get"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	   else echo "error: missing$$missing; install with your package manager (e.g. sudo apt-get install$$missing)"; exit 1; fi; \
 	 fi
 
 lint: install

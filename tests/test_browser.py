@@ -51,12 +51,16 @@ def og_title(html: str) -> str | None:
     return parser.found or None
 
 
-def browser_processes(worker_prefix: str = "browser-") -> list[psutil.Process]:
-    """Chromium processes started by a browser-family executor (they inherit its worker id)."""
+def browser_processes(worker_prefix: str = "browser-", main_only: bool = False) -> list[psutil.Process]:
+    """Chromium processes (crash handlers included) started by a browser-family executor: they
+    inherit its worker id. ``main_only``: one per browser (no renderers, zygotes, crash handlers)."""
     out = []
-    for proc in psutil.process_iter(["name"]):
+    for proc in psutil.process_iter(["name", "cmdline"]):
         try:
-            if "chrom" in (proc.info["name"] or "") and proc.environ().get(WORKER_ENV, "").startswith(worker_prefix):
+            name = proc.info["name"] or ""
+            if main_only and (name != "chromium" or any(a.startswith("--type=") for a in proc.info["cmdline"] or [])):
+                continue
+            if "chrom" in name and proc.environ().get(WORKER_ENV, "").startswith(worker_prefix):
                 out.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -138,7 +142,7 @@ def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, co
 
     def sample() -> None:
         while not stop.is_set():
-            browsers = [p for p in browser_processes() if "--type=" not in " ".join(_cmdline(p))]
+            browsers = browser_processes(main_only=True)
             peak[0] = max(peak[0], len(browsers))
             mains.update(p.pid for p in browsers)
             stop.wait(0.1)
@@ -155,13 +159,6 @@ def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, co
     assert len(snaps) == 50 and sum(r.plugin == "title" and r.status == "succeeded" for r in results) >= 48
     assert peak[0] == 1, f"{peak[0]} browsers alive at once (one worker must have at most one)"
     assert len(mains) >= 3, f"50 snapshots with recycling every 20 should use 3 browsers, saw {len(mains)}"
-
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return []
 
 
 def test_install_provisions_everything_then_is_a_no_op(tmp_path):
