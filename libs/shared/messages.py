@@ -220,6 +220,19 @@ class TaskCompleted(msgspec.Struct, kw_only=True):
     discovered: list[DiscoveredURL] = []
     tags: list[str] = []
 
+    @classmethod
+    def of(cls, task: HookTask, **fields: Any) -> TaskCompleted:
+        """The completion of ``task`` (ids, stage, family and kind copied from it)."""
+        return cls(
+            task_id=task.task_id,
+            crawl_id=task.crawl_id,
+            snapshot_id=task.snapshot_id,
+            stage=task.stage,
+            family=task.family,
+            kind=task.kind,
+            **fields,
+        )
+
 
 class CrawlEvent(msgspec.Struct, kw_only=True):
     """A Crawl changed status (``events.crawl.<status>``)."""

@@ -55,6 +55,13 @@ def shutdown_tracing() -> None:
         provider.shutdown()
 
 
+def flush_tracing() -> None:
+    """Export every finished span now (before a server that re-raises SIGTERM exits)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.force_flush()
+
+
 def tracer(name: str = "boxcar") -> trace.Tracer:
     """The tracer Boxcar's code creates spans with."""
     return trace.get_tracer(name)

@@ -497,13 +497,8 @@ class CrawlRunner:
         task = decode(raw.data, HookTask)
         deliveries = advisory.get("deliveries")
         log.warning("task %s gave up after %s deliveries", task.task_id, deliveries)
-        event = TaskCompleted(
-            task_id=task.task_id,
-            crawl_id=task.crawl_id,
-            snapshot_id=task.snapshot_id,
-            stage=task.stage,
-            family=task.family,
-            kind=task.kind,
+        event = TaskCompleted.of(
+            task,
             status="failed",
             error=f"task failed {deliveries} deliveries (executor crashed or timed out)",
         )

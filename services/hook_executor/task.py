@@ -113,13 +113,7 @@ class TaskExecutor:
             **self.catalog.hook_env(task.plugins, resolved),
             **self._paths(snap_dir, crawl_dir, tmp_dir, browser_dir),
         }
-        completed = TaskCompleted(
-            task_id=task.task_id,
-            crawl_id=task.crawl_id,
-            snapshot_id=task.snapshot_id,
-            stage=task.stage,
-            family=task.family,
-        )
+        completed = TaskCompleted.of(task)
         background: list[HookProcess] = []
         try:
             for hook in self.catalog.snapshot_hooks(task.plugins):
@@ -303,13 +297,7 @@ class TaskExecutor:
 
     async def _fail_all(self, task: HookTask, reason: str) -> TaskCompleted:
         """Every hook of the task failed for one reason (e.g. no browser): record each, then complete."""
-        completed = TaskCompleted(
-            task_id=task.task_id,
-            crawl_id=task.crawl_id,
-            snapshot_id=task.snapshot_id,
-            stage=task.stage,
-            family=task.family,
-        )
+        completed = TaskCompleted.of(task)
         for hook in self.catalog.snapshot_hooks(task.plugins):
             await self._report_unavailable(task, hook, reason, completed)
         return completed
@@ -347,11 +335,4 @@ class TaskExecutor:
         for child in snap_dir.iterdir():
             if child.is_dir() and not any(child.iterdir()):
                 child.rmdir()
-        return TaskCompleted(
-            task_id=task.task_id,
-            crawl_id=task.crawl_id,
-            snapshot_id=task.snapshot_id,
-            stage=task.stage,
-            family=task.family,
-            kind="finalize",
-        )
+        return TaskCompleted.of(task)

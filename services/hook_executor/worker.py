@@ -147,13 +147,8 @@ class HookExecutor:
                         await msg.nak(delay=5 * msg.metadata.num_delivered)
                         return
                     log.exception("task %s failed on its last delivery", task.task_id)
-                    completed = TaskCompleted(
-                        task_id=task.task_id,
-                        crawl_id=task.crawl_id,
-                        snapshot_id=task.snapshot_id,
-                        stage=task.stage,
-                        family=task.family,
-                        kind=task.kind,
+                    completed = TaskCompleted.of(
+                        task,
                         status="failed",
                         error=f"{type(exc).__name__}: {exc}"[:2000],
                     )

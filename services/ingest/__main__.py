@@ -15,9 +15,12 @@ def main() -> None:
     telemetry.setup_tracing("ingest")
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    uvicorn.run(
-        create_app(settings), host=settings.api_host, port=settings.api_port, log_level="warning", access_log=False
-    )
+    try:
+        uvicorn.run(
+            create_app(settings), host=settings.api_host, port=settings.api_port, log_level="warning", access_log=False
+        )
+    finally:
+        telemetry.shutdown_tracing()  # flush spans still buffered
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from boxcar.ingest.controllers import (
 )
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.services import CrawlService
-from boxcar.shared import bus
+from boxcar.shared import bus, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
 from boxcar.shared.plugins import get_catalog
@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             connecting.cancel()
             if app.state.nats is not None:
                 await app.state.nats.close()
+            telemetry.flush_tracing()  # uvicorn re-raises SIGTERM after shutdown: flush while we can
             if own_db:
                 db.dispose()
 
