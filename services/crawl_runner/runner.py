@@ -109,6 +109,7 @@ class CrawlRunner:
         try:
             await asyncio.gather(
                 self._poll_loop(),
+                self._feed_loop(),
                 self._consume(completions, self._on_completed),
                 self._consume(dead, self._on_dead_task),
                 self._consume(control, self._on_control),
@@ -121,6 +122,17 @@ class CrawlRunner:
         """Ask the loops to finish their current step and return."""
         self._stop.set()
         self._wake.set()
+
+    async def _feed_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self._poll_due_feeds()
+            except Exception:
+                log.exception("feed polling failed; retrying")
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.settings.runner_poll_interval)
+            except TimeoutError:
+                pass
 
     async def _on_wakeup(self, msg) -> None:
         self._wake.set()
@@ -156,8 +168,8 @@ class CrawlRunner:
                     await msg.nak(delay=2)
 
     async def tick(self) -> None:
-        """One pass over every kind of due row."""
-        await self._poll_due_feeds()
+        """One pass over every kind of due row (feeds have their own loop: a slow feed must not hold
+        up snapshots)."""
         for step in (
             self._start_due_crawls,
             self._start_due_snapshots,
