@@ -43,6 +43,8 @@ def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
         data = path.read_bytes()
     except OSError as exc:
         raise InputFileError(f"{path}: {exc.strerror}") from None
+    if importers.looks_binary(data):
+        raise InputFileError(f"{path}: a binary file, not a list of URLs or an export")
     try:
         result = importers.parse(data, format)
     except importers.UnknownFormat:

@@ -498,10 +498,15 @@ def install_cmd(data_dir, families, allow_apt, as_json) -> None:
             click.echo(json.dumps(row.__dict__))
     else:
         table = Table("plugin", "binary", "status", "version", "path / reason", title=f"binaries in {settings.lib_dir}")
-        colors = {"found": "green", "installed": "cyan", "missing": "red", "disabled": "dim"}
+        colors = {"found": "green", "installed": "cyan", "missing": "red"}
         for row in report.rows:
-            table.add_row(row.plugin, row.binary, f"[{colors[row.status]}]{row.status}[/]", row.version, row.where)
-        Console().print(table)
+            if row.status != "disabled":
+                table.add_row(row.plugin, row.binary, f"[{colors[row.status]}]{row.status}[/]", row.version, row.where)
+        console = Console(width=max(Console().width, 140))
+        console.print(table, overflow="fold")
+        for row in report.rows:
+            if row.status == "disabled":
+                console.print(f"[dim]disabled[/] [bold]{row.plugin}[/]: {row.where}", soft_wrap=True)
     if not report.ok:
         fail(f"these enabled plugins cannot run: {', '.join(report.unrunnable)} (see the table)", 1)
     err.print("[green]every enabled plugin has what it needs[/]")

@@ -219,6 +219,8 @@ class CrawlService:
             InputError: unknown format, no URL found (the message names the format tried), bad
                 plugin selection.
         """
+        if importers.looks_binary(data):
+            raise InputError("file", "a binary file, not a bookmark export, feed or list of URLs")
         try:
             parsed = importers.parse(data, format, folder_tags=folder_tags)
         except importers.UnknownFormat:

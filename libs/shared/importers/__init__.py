@@ -33,6 +33,7 @@ from .text import extract_urls
 
 __all__ = [
     "FEED_FORMATS",
+    "looks_binary",
     "FORMATS",
     "Entry",
     "ImportResult",
@@ -110,6 +111,14 @@ def _sniff(data: bytes) -> tuple[str, object]:
             return "jsonl", decoded
         return jsonformats.kind_of(loaded[1]), loaded[1]
     return text.sniff_text(decoded), decoded
+
+
+def looks_binary(data: bytes) -> bool:
+    """True for content that is no text format at all (an executable, an image, an archive): NUL
+    bytes early on, unless it is UTF-16/32 text with a byte-order mark."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        return False
+    return b"\x00" in data[:8192]
 
 
 def detect_format(data: bytes) -> str:
