@@ -88,3 +88,8 @@ def test_only_new_skips_urls_archived_before_unless_asked(client, db):
     assert body["counts"]["accepted"] == 2 and body["counts"]["skipped_existing"] == 0
     created = client.post("/api/v1/crawls", json={"urls": ["https://example.com/old"], "only_new": False})
     assert created.status_code == 201 and created.json()["urls"] == 1
+
+
+def test_a_binary_upload_is_refused(client):
+    response = client.post("/api/v1/imports", content=b"\x7fELF\x02\x01\x01\x00\x00\x00https://example.com/ in a binary")
+    assert response.status_code == 422 and "binary file" in response.json()["detail"]
