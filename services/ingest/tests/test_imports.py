@@ -91,5 +91,7 @@ def test_only_new_skips_urls_archived_before_unless_asked(client, db):
 
 
 def test_a_binary_upload_is_refused(client):
-    response = client.post("/api/v1/imports", content=b"\x7fELF\x02\x01\x01\x00\x00\x00https://example.com/ in a binary")
+    response = client.post(
+        "/api/v1/imports", content=b"\x7fELF\x02\x01\x01\x00\x00\x00https://example.com/ in a binary"
+    )
     assert response.status_code == 422 and "binary file" in response.json()["detail"]
