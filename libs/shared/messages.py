@@ -31,7 +31,6 @@ from typing import Any, Literal
 import msgspec
 
 ResultStatus = Literal["queued", "started", "backoff", "succeeded", "failed", "skipped", "noresults"]
-FINAL_RESULT_STATUSES = ("succeeded", "failed", "skipped", "noresults")
 
 
 class OutputFile(msgspec.Struct, frozen=True):
@@ -126,15 +125,6 @@ class BinaryReply(msgspec.Struct, kw_only=True):
     binary: BinaryRecord | None = None
     error: str = ""
     installed: bool = False  # True when this request installed it (False: it was already there)
-
-
-class SeedURL(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A URL to snapshot, with what the source said about it."""
-
-    url: str
-    title: str | None = None
-    tags: list[str] = []
-    bookmarked_at: datetime | None = None
 
 
 class DiscoveredURL(msgspec.Struct, kw_only=True, omit_defaults=True):

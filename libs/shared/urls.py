@@ -108,15 +108,6 @@ def _canonical_host(url: str, parts) -> str:
     return ascii_host
 
 
-def is_archivable(url: str) -> bool:
-    """True when ``canonicalize(url)`` would succeed."""
-    try:
-        canonicalize(url)
-    except InvalidURL:
-        return False
-    return True
-
-
 _DOMAIN = re.compile(r"^(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)+$", re.IGNORECASE)
 
 

@@ -69,7 +69,6 @@ class BrowserSession:
         self.crawl_dir: Path | None = None
         self.uses = 0
         self.in_use = 0
-        self.launches = 0
         self._draining = False
         self._cond = asyncio.Condition()
 
@@ -162,7 +161,6 @@ class BrowserSession:
         if waiter.exit_code != 0:
             await self._stop()
             raise BrowserUnavailable(f"chromium started but did not answer: {waiter.stderr_tail(1500).strip()}")
-        self.launches += 1
         log.info("browser %s up (pid %s, %s)", self.browser_id, self._chrome_pid(), self.crawl_dir)
 
     async def _stop(self) -> None:
