@@ -141,7 +141,9 @@ def detect_format(data: bytes) -> str:
         return "text"
 
 
-def parse(data: bytes, format: str | None = None, *, folder_tags: bool = False) -> ImportResult:
+def parse(
+    data: bytes, format: str | None = None, *, folder_tags: bool = False, base_url: str | None = None
+) -> ImportResult:
     """Parse an import file into entries to archive and rejected records.
 
     Args:
@@ -149,6 +151,11 @@ def parse(data: bytes, format: str | None = None, *, folder_tags: bool = False) 
         format: one of ``FORMATS``, or ``None`` to use :func:`detect_format`.
         folder_tags: also tag each record with the names of the folders/collections it is in
             (Netscape ``<H3>``, Chrome/Firefox folders, Linkwarden collections, CSV ``folder``).
+        base_url: the absolute http(s) URL the document was fetched from, e.g. a feed's URL.
+            Relative item links of feeds (``rss``, ``atom``, ``jsonfeed``) are resolved against it
+            (an ``xml:base`` in the feed still applies first); without it they are resolved against
+            the feed's own stated URL or home page, if any. Other formats ignore it. An item that
+            still has no absolute http(s) URL is a ``Rejected`` saying why.
 
     Returns:
         An :class:`ImportResult` with ``format`` set to the format used, ``entries`` in document
@@ -168,7 +175,10 @@ def parse(data: bytes, format: str | None = None, *, folder_tags: bool = False) 
     try:
         if format is None:
             format, hint = _sniff(data)
-        _PARSERS[format](data, hint, col, folder_tags=folder_tags)
+        options: dict[str, object] = {"folder_tags": folder_tags}
+        if format in FEED_FORMATS:
+            options["base_url"] = base_url
+        _PARSERS[format](data, hint, col, **options)
     except Exception as exc:  # a parser bug or a pathological input: keep what was collected
         col.reject(
             "document", data[:300].decode("utf-8", "replace"), f"parsing stopped ({exc.__class__.__name__}: {exc})"

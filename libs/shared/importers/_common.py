@@ -169,6 +169,11 @@ def unescape_attr(value: str) -> str:
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
+def has_scheme(url: str) -> bool:
+    """True when ``url`` starts with a URI scheme (``http:``, ``mailto:``...): it is not a relative reference."""
+    return _SCHEME.match(url) is not None
+
+
 def url_problem(url: str) -> str | None:
     """Why ``url`` (already entity-decoded and trimmed) is not archivable, or ``None`` if it is."""
     if not url:

@@ -2,8 +2,15 @@
 
 An item's URL is its ``rel="alternate"`` link (or a link without ``rel``); for RSS, failing that,
 its ``<guid>`` when it is a permalink. Enclosures and ``via``/``related``/``self`` links are never
-items, nor are channel-level links. Relative links are resolved only when the feed gives a base
-(``xml:base``); otherwise the item is rejected ("relative URL with no base").
+items, nor are channel-level links.
+
+Relative item links are resolved against, in this order (RFC 3986 section 5.1): an ``xml:base`` in
+the feed (feedparser applies it), the ``base_url`` the caller fetched the feed from (handed to
+feedparser as the ``Content-Location`` it resolves against), the feed's own URL as the feed states
+it (Atom/RSS ``<link rel="self">``, JSON Feed ``feed_url``), and last its home page (RSS channel
+``<link>``, Atom feed ``rel="alternate"`` link, JSON Feed ``home_page_url``); only absolute http(s)
+URLs are used as bases. An item that still has no absolute http(s) URL is rejected with the reason
+(e.g. "relative URL with no base", "no URL in record"), never dropped.
 
 (feedparser 6.0 does not read JSON Feed, hence the small reader here.)
 """
@@ -14,10 +21,11 @@ import io
 import json
 from datetime import UTC, datetime
 from html.parser import HTMLParser
+from urllib.parse import urljoin
 
 import feedparser
 
-from ._common import Collector, clean_tags, decode_bytes, excerpt, to_datetime
+from ._common import Collector, clean_tags, decode_bytes, excerpt, has_scheme, to_datetime, url_problem
 
 
 class _TextOnly(HTMLParser):
@@ -61,10 +69,46 @@ def _item_url(entry: dict, is_atom: bool) -> str | None:
     return None
 
 
-def parse_feed(data: bytes, hint: object, col: Collector, *, folder_tags: bool = False) -> None:
-    """Formats ``rss`` and ``atom``: one record per feed item/entry (read leniently)."""
-    parsed = feedparser.parse(io.BytesIO(data))  # a stream: never treated as a URL or file name
+def _http_base(value: object) -> str | None:
+    """``value`` when it is an absolute http(s) URL usable as a base, else ``None``."""
+    if isinstance(value, str) and url_problem(value.strip()) is None:
+        return value.strip()
+    return None
+
+
+def _resolve(url: object, base: str | None) -> object:
+    """``url`` joined to ``base`` when it is a relative reference (no scheme) and there is a base."""
+    if base is None or not isinstance(url, str) or not url.strip():
+        return url
+    return url if has_scheme(url.strip()) else urljoin(base, url.strip())
+
+
+def _declared_base(parsed: dict) -> str | None:
+    """The feed's own ``rel="self"`` URL, else its home page link (absolute http(s) only)."""
+    feed = parsed.get("feed") or {}
+    links = [link for link in feed.get("links") or [] if isinstance(link, dict)]
+    for rel in ("self", "alternate"):
+        for link in links:
+            base = _http_base(link.get("href")) if (link.get("rel") or "alternate") == rel else None
+            if base:
+                return base
+    return None
+
+
+def parse_feed(
+    data: bytes, hint: object, col: Collector, *, folder_tags: bool = False, base_url: str | None = None
+) -> None:
+    """Formats ``rss`` and ``atom``: one record per feed item/entry (read leniently).
+
+    ``base_url`` is the URL the feed was fetched from; relative links are resolved as the module
+    docstring says. feedparser also resolves an item's ``id``/``guid`` against it, so a relative
+    GUID becomes absolute (absolute GUIDs are unchanged).
+    """
+    headers = {"content-location": base_url} if isinstance(base_url, str) and base_url.strip() else None
+    # a stream: never treated as a URL or file name
+    parsed = feedparser.parse(io.BytesIO(data), response_headers=headers)
     is_atom = str(parsed.get("version") or "").startswith("atom")
+    fallback = _declared_base(parsed)
     entries = parsed.get("entries") or []
     if not entries and not parsed.get("version") and parsed.get("bozo"):
         col.reject(
@@ -74,7 +118,7 @@ def parse_feed(data: bytes, hint: object, col: Collector, *, folder_tags: bool =
     for number, entry in enumerate(entries, 1):
         where = f"item {number}"
         try:
-            url = _item_url(entry, is_atom)
+            url = _resolve(_item_url(entry, is_atom), fallback)
             title = _plain(entry.get("title"), entry.get("title_detail"))
             tags = [tag.get("term") or tag.get("label") for tag in entry.get("tags") or []]
             when = _struct_time(entry, "published_parsed", "updated_parsed", "created_parsed")
@@ -104,8 +148,20 @@ def is_json_feed(obj: object) -> bool:
     return "home_page_url" in obj or "feed_url" in obj
 
 
-def parse_jsonfeed(data: bytes, hint: object, col: Collector, *, folder_tags: bool = False) -> None:
-    """Format ``jsonfeed``: ``items[].url`` (never ``external_url``, attachments or content)."""
+def _jsonfeed_base(obj: dict) -> str | None:
+    """A JSON Feed's own URL (``feed_url``), else its ``home_page_url`` (absolute http(s) only)."""
+    return _http_base(obj.get("feed_url")) or _http_base(obj.get("home_page_url"))
+
+
+def parse_jsonfeed(
+    data: bytes, hint: object, col: Collector, *, folder_tags: bool = False, base_url: str | None = None
+) -> None:
+    """Format ``jsonfeed``: ``items[].url`` (never ``external_url``, attachments or content).
+
+    A relative ``url`` is resolved against ``base_url`` (the URL the feed was fetched from), else
+    against ``feed_url``, else ``home_page_url`` (the first of those two that is an absolute http(s)
+    URL).
+    """
     obj = hint
     if not isinstance(obj, dict):
         try:
@@ -117,6 +173,8 @@ def parse_jsonfeed(data: bytes, hint: object, col: Collector, *, folder_tags: bo
     if not isinstance(items, list):
         col.reject("document", excerpt(obj), "JSON Feed without an items list")
         return
+    given = base_url.strip() if isinstance(base_url, str) and base_url.strip() else None
+    declared = _jsonfeed_base(obj)
     for number, item in enumerate(items, 1):
         where = f"item {number}"
         try:
@@ -129,7 +187,7 @@ def parse_jsonfeed(data: bytes, hint: object, col: Collector, *, folder_tags: bo
             guid = item.get("id")
             col.add(
                 where,
-                item.get("url"),
+                _resolve(_resolve(item.get("url"), given), declared),
                 title=item.get("title"),
                 tags=tags,
                 when=when,

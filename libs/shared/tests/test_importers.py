@@ -6,6 +6,7 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 from hypothesis import given, settings
@@ -312,3 +313,119 @@ def test_every_format_parses_empty_input() -> None:
     for name in FORMATS:
         result = parse(b"", name)
         assert result.format == name and result.entries == []
+
+
+# --------------------------------------------------------------------------- relative feed links
+
+FEED_BASE = "http://127.0.0.1:8000/feeds/rel.xml"
+RELATIVE_RSS = b"""<?xml version="1.0"?>
+<rss version="2.0"><channel><title>Relative</title>
+<item><title>Five</title><link>/items/five.html</link></item>
+<item><title>Six</title><link>//host/items/six.html</link></item>
+</channel></rss>"""
+RELATIVE_ATOM = b"""<?xml version="1.0" encoding="utf-8"?>
+<feed xmlns="http://www.w3.org/2005/Atom"><title>Relative</title><id>urn:rel</id>
+<updated>2024-01-01T00:00:00Z</updated>
+<entry><title>Five</title><id>urn:5</id><link href="/items/five.html"/><updated>2024-01-01T00:00:00Z</updated></entry>
+<entry><title>Six</title><id>urn:6</id><link rel="alternate" href="//host/items/six.html"/>
+<updated>2024-01-01T00:00:00Z</updated></entry>
+</feed>"""
+
+
+@pytest.mark.parametrize("data, kind", [(RELATIVE_RSS, "rss"), (RELATIVE_ATOM, "atom")])
+def test_feed_relative_links_resolve_against_base_url(data: bytes, kind: str) -> None:
+    result = parse(data, base_url=FEED_BASE)
+    assert result.format == kind
+    assert [(e.url, e.title) for e in result.entries] == [
+        ("http://127.0.0.1:8000/items/five.html", "Five"),
+        ("http://host/items/six.html", "Six"),
+    ]
+    assert result.rejected == []
+    assert parse(data, kind, base_url=FEED_BASE) == result
+
+
+@pytest.mark.parametrize("data", [RELATIVE_RSS, RELATIVE_ATOM])
+def test_feed_relative_links_without_a_base_are_rejected_not_dropped(data: bytes) -> None:
+    result = parse(data)
+    assert result.entries == []
+    assert [(r.where, r.value, r.reason) for r in result.rejected] == [
+        ("item 1", "/items/five.html", "relative URL with no base"),
+        ("item 2", "//host/items/six.html", "relative URL with no base"),
+    ]
+
+
+def test_feed_xml_base_applies_before_base_url() -> None:
+    data = RELATIVE_ATOM.replace(b"<feed ", b'<feed xml:base="https://other.example/blog/" ')
+    result = parse(data, base_url=FEED_BASE)
+    assert [e.url for e in result.entries] == ["https://other.example/items/five.html", "https://host/items/six.html"]
+
+
+def test_feed_without_base_url_falls_back_to_its_self_link_then_home_page() -> None:
+    self_link = b'<link rel="self" href="https://feeds.example/x/atom.xml"/><link href="https://site.example/"/>'
+    with_self = RELATIVE_ATOM.replace(b"<title>Relative</title>", b"<title>Relative</title>" + self_link, 1)
+    assert [e.url for e in parse(with_self).entries] == [
+        "https://feeds.example/items/five.html",
+        "https://host/items/six.html",
+    ]
+    home_only = RELATIVE_RSS.replace(b"<title>Relative</title>", b"<title>R</title><link>https://site.example/</link>")
+    assert [e.url for e in parse(home_only).entries] == [
+        "https://site.example/items/five.html",
+        "https://host/items/six.html",
+    ]
+    assert [e.url for e in parse(home_only, base_url=FEED_BASE).entries] == [
+        "http://127.0.0.1:8000/items/five.html",
+        "http://host/items/six.html",
+    ]
+
+
+def test_jsonfeed_relative_urls_resolve_against_base_url_then_feed_url_then_home_page() -> None:
+    feed = {
+        "version": "https://jsonfeed.org/version/1.1",
+        "title": "Relative",
+        "home_page_url": "https://site.example/blog/",
+        "feed_url": "https://feeds.example/feed.json",
+        "items": [{"id": "5", "url": "/items/five.html"}, {"id": "6", "url": "//host/items/six.html"}, {"id": "7"}],
+    }
+
+    def urls(doc: dict, base: str | None = None) -> list[str]:
+        result = parse(json.dumps(doc).encode(), base_url=base)
+        assert result.format == "jsonfeed"
+        assert [(r.where, r.reason) for r in result.rejected][-1] == ("item 3", "no URL in record")
+        return [e.url for e in result.entries]
+
+    assert urls(feed, FEED_BASE) == ["http://127.0.0.1:8000/items/five.html", "http://host/items/six.html"]
+    assert urls(feed) == ["https://feeds.example/items/five.html", "https://host/items/six.html"]
+    assert urls({**feed, "feed_url": "feed.json"}) == [
+        "https://site.example/items/five.html",
+        "https://host/items/six.html",
+    ]
+    bare = {k: v for k, v in feed.items() if k not in ("feed_url", "home_page_url")}
+    result = parse(json.dumps(bare).encode())
+    assert result.entries == []
+    reasons = [r.reason for r in result.rejected]
+    assert reasons == ["relative URL with no base", "relative URL with no base", "no URL in record"]
+
+
+_path = st.lists(_segment.filter(bool), min_size=1, max_size=4).map("/".join)
+_prefix = st.sampled_from(["/", "//host.example/", "", "../", "https://abs.example/"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(_prefix, _path), max_size=5),
+    st.sampled_from([FEED_BASE, "https://example.org/a/b/feed?x=1", None]),
+    st.sampled_from(["rss", "atom"]),
+)
+def test_every_feed_item_is_an_entry_or_a_rejection(links: list, base: str | None, kind: str) -> None:
+    hrefs = [prefix + path for prefix, path in links]
+    if kind == "rss":
+        items = "".join(f"<item><title>t{i}</title><link>{href}</link></item>" for i, href in enumerate(hrefs))
+        data = f'<rss version="2.0"><channel><title>T</title>{items}</channel></rss>'
+    else:
+        items = "".join(f'<entry><id>urn:{i}</id><link href="{href}"/></entry>' for i, href in enumerate(hrefs))
+        data = f'<feed xmlns="http://www.w3.org/2005/Atom"><title>T</title>{items}</feed>'
+    result = parse(data.encode(), base_url=base)
+    assert len(result.entries) + len(result.rejected) == len(hrefs)
+    expected = [urljoin(base, h) if base else h for h in hrefs]
+    assert [e.url for e in result.entries] == [u for u in expected if u.startswith(("http://", "https://"))]
+    assert all(r.reason == "relative URL with no base" for r in result.rejected)
