@@ -15,7 +15,8 @@ Formats (see ``FORMATS``):
   ``wallabag_json``, ``omnivore_json``, ``linkwarden_json``, ``delicious_json``,
   ``elcurator_json``, ``readability_json``, ``json`` (any list/object of records with a URL
   field), ``jsonl``;
-- ``pocket_csv``, ``raindrop_csv``, ``instapaper_csv``, ``csv``;
+- ``pocket_csv``, ``raindrop_csv``, ``instapaper_csv``, ``readwise_csv`` (Readwise Reader),
+  ``csv`` (any CSV whose rows hold a URL, with or without a header row);
 - ``url_list``, ``markdown``, ``text``.
 
 URLs are checked with :func:`boxcar.shared.urls.canonicalize` but stored as the source gave them
@@ -57,7 +58,7 @@ _JSON_KINDS = (
     "readability_json",
     "json",
 )
-_CSV_KINDS = ("pocket_csv", "raindrop_csv", "instapaper_csv", "csv")
+_CSV_KINDS = ("pocket_csv", "raindrop_csv", "instapaper_csv", "readwise_csv", "csv")
 
 _Parser = Callable[..., None]
 _PARSERS: dict[str, _Parser] = {

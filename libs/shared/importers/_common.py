@@ -167,6 +167,14 @@ def unescape_attr(value: str) -> str:
 # --------------------------------------------------------------------------- URLs
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+#: One whitespace-free token that is a URL with a scheme (any scheme, so that non-http(s) ones can
+#: be rejected with their reason rather than ignored).
+URL_TOKEN = re.compile(
+    r"^(?:[A-Za-z][A-Za-z0-9+.\-]*://|(?:mailto|javascript|data|about|place|view-source|magnet|tel|urn):)\S*$",
+    re.IGNORECASE,
+)
+#: One whitespace-free token that starts with ``http://`` or ``https://``.
+HTTP_TOKEN = re.compile(r"^https?://\S+$", re.IGNORECASE)
 
 
 def has_scheme(url: str) -> bool:

@@ -12,24 +12,23 @@ import bisect
 import re
 from collections.abc import Iterator
 
-from ._common import Collector, decode_bytes
+from ._common import HTTP_TOKEN, URL_TOKEN, Collector, decode_bytes
 
 _STOP = r"\s<>\"\x00-\x1f\x7f"
 _MD_URL = rf"https?://(?:[^{_STOP}()]|\([^{_STOP}()]*\))+"
 _TOKEN = re.compile(
     # [text](url "optional title")
     rf"\[(?P<text>[^\[\]\n]{{0,2000}})\]\(\s*<?(?P<mdurl>{_MD_URL})>?(?:\s+(?:\"[^\"\n]*\"|'[^'\n]*'))?\s*\)"
-    # a bare URL (also covers <autolinks>: '<' and '>' end a URL)
+    # a URL that is a whole unquoted CSV field (at a line start or right after a "," / ";") ends at
+    # the field delimiter: a CSV writer quotes a field that holds its delimiter
+    rf"|(?:^|(?<=,))(?P<field>https?://[^{_STOP},]+)"
+    rf"|(?<=;)(?P<sfield>https?://[^{_STOP};]+)"
+    # a bare URL in prose (also covers <autolinks>: '<' and '>' end a URL)
     rf"|(?<![A-Za-z0-9])(?P<url>https?://[^{_STOP}]+)",
-    re.IGNORECASE,
+    re.IGNORECASE | re.MULTILINE,
 )
 _TRAILING = ".,;:!?"
 _PAIRS = {")": "(", "]": "["}
-_SINGLE_URL = re.compile(
-    r"^(?:[A-Za-z][A-Za-z0-9+.\-]*://|(?:mailto|javascript|data|about|place|view-source|magnet|tel|urn):)\S*$",
-    re.IGNORECASE,
-)
-_HTTP_LINE = re.compile(r"^https?://\S+$", re.IGNORECASE)
 _MD_HINT = re.compile(r"\[[^\[\]\n]*\]\(\s*<?https?://|<https?://[^\s<>]+>", re.IGNORECASE)
 
 
@@ -54,9 +53,10 @@ def _iter_urls(text: str) -> Iterator[tuple[str, str | None, int]]:
             title = match.group("text").strip() or None
             start = match.start("mdurl")
         else:
-            url = _trim(match.group("url").replace("&amp;", "&"))
+            group = next(name for name in ("field", "sfield", "url") if match.group(name) is not None)
+            url = _trim(match.group(group).replace("&amp;", "&"))
             title = None
-            start = match.start("url")
+            start = match.start(group)
         if url.split("://", 1)[1]:
             yield url, title, start
 
@@ -71,6 +71,11 @@ def extract_urls(text: str) -> list[tuple[str, str | None]]:
         ``(url, title)`` pairs in document order, duplicates kept. A URL starts with ``http://`` or
         ``https://`` (any case) and ends at whitespace, ``<``, ``>``, ``"`` or a control character;
         trailing ``. , ; : ! ?`` and unbalanced closing ``)``/``]`` are dropped, balanced ones kept.
+        A URL that starts a line, or follows a ``,`` or ``;`` directly, is an unquoted CSV field:
+        it also ends at the next ``,`` (at a line start or after ``,``) or ``;`` (after ``;``), so
+        ``2024-11-13,https://a.example/x,Next`` gives ``https://a.example/x``. In prose (after a
+        space or other text) commas and semicolons stay part of the URL
+        (``see https://en.wikipedia.org/wiki/Hello,_World``).
         ``[text](url)`` gives ``url`` with title ``text``; bare URLs and ``<autolinks>`` have no
         title (``None``). ``&amp;`` is decoded to ``&``. URLs are not otherwise checked: a
         returned URL may still fail :func:`boxcar.shared.urls.canonicalize`.
@@ -86,7 +91,7 @@ def sniff_text(text: str) -> str:
     lines = [line.strip() for line in text.splitlines()]
     content = [line for line in lines if line and not line.startswith("#")]
     if content:
-        url_lines = sum(1 for line in content if _HTTP_LINE.match(line))
+        url_lines = sum(1 for line in content if HTTP_TOKEN.match(line))
         if url_lines and url_lines * 2 >= len(content):
             return "url_list"
     total = sum(1 for _ in _iter_urls(text))
@@ -118,7 +123,7 @@ def parse_url_list(data: bytes, hint: object, col: Collector, *, folder_tags: bo
         if not line or line.startswith("#"):
             continue
         where = f"line {number}"
-        if _SINGLE_URL.match(line) or (line.lower().startswith("www.") and " " not in line):
+        if URL_TOKEN.match(line) or (line.lower().startswith("www.") and " " not in line):
             col.add(where, line.replace("&amp;", "&"), decode=False)
             continue
         for url, title, _ in _iter_urls(line):

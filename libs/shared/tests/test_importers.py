@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from boxcar.shared.importers import (
@@ -202,6 +204,15 @@ def test_markdown_link_yields_url_and_title(url: str, title: str) -> None:
         ("HTTPS://UPPER.example.com/Path", [("HTTPS://UPPER.example.com/Path", None)]),
         ("www.example.com, someone@example.com, ftp://x, https:// alone", []),
         ("a=https://example.com/?a=1&amp;b=2!", [("https://example.com/?a=1&b=2", None)]),
+        # a URL that is an unquoted CSV field ends at the field delimiter; in prose a comma is kept
+        ("https://a.example/x,Next", [("https://a.example/x", None)]),
+        (
+            "2024-11-13 20:00:00-05:00,https://www.example.com/,Example",
+            [("https://www.example.com/", None)],
+        ),
+        ("a;https://a.example/p,q;Next", [("https://a.example/p,q", None)]),
+        ('"https://a.example/x,y",Next', [("https://a.example/x,y", None)]),
+        ("see https://en.wikipedia.org/wiki/Hello,_World now", [("https://en.wikipedia.org/wiki/Hello,_World", None)]),
     ],
 )
 def test_extract_urls_examples(text: str, expected: list) -> None:
@@ -429,3 +440,111 @@ def test_every_feed_item_is_an_entry_or_a_rejection(links: list, base: str | Non
     expected = [urljoin(base, h) if base else h for h in hrefs]
     assert [e.url for e in result.entries] == [u for u in expected if u.startswith(("http://", "https://"))]
     assert all(r.reason == "relative URL with no base" for r in result.rejected)
+
+
+# --------------------------------------------------------------------------- header-less CSV
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _urls(),
+    st.text(max_size=20),
+    st.sampled_from(["", "2024-11-13 20:00:00-05:00,", "Title,", "1731546000;", "x\n"]),
+)
+def test_url_in_an_unquoted_csv_field_ends_at_the_delimiter(url: str, next_cell: str, prefix: str) -> None:
+    delimiter = ";" if prefix.endswith(";") else ","
+    assert extract_urls(f"{prefix}{url}{delimiter}{next_cell}")[0] == (url, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_urls(), _label)
+def test_comma_inside_a_url_in_prose_is_kept(url: str, more: str) -> None:
+    assert extract_urls(f"Read {url},{more} and tell me.") == [(f"{url},{more}", None)]
+
+
+def test_headerless_csv_history_export() -> None:
+    data = (
+        b"2024-11-13 20:00:00-05:00,https://www.example.com/,Example\n"
+        b'2024-11-12 08:30:00-05:00,https://b.example/x?a=1,"B, the page"\n'
+        b"2024-11-12 08:00:00-05:00,chrome://settings/,Settings\n"
+        b"2024-11-11 08:00:00-05:00,,No URL\n"
+    )
+    result = parse(data)
+    assert result.format == "csv"
+    assert result.entries == [
+        Entry(url="https://www.example.com/", title="Example", bookmarked_at=datetime(2024, 11, 14, 1, 0, tzinfo=UTC)),
+        Entry(
+            url="https://b.example/x?a=1", title="B, the page", bookmarked_at=datetime(2024, 11, 12, 13, 30, tzinfo=UTC)
+        ),
+    ]
+    assert [(r.where, r.reason) for r in result.rejected] == [
+        ("row 3", "unsupported scheme 'chrome'"),
+        ("row 4", "no URL in record"),
+    ]
+    assert parse(data, "csv") == result
+    # read as plain text, the URL no longer takes the next field with it
+    assert [e.url for e in parse(data, "text").entries] == ["https://www.example.com/", "https://b.example/x?a=1"]
+
+
+def test_headerless_csv_columns_are_guessed_per_cell() -> None:
+    tsv = b"13370000000000000\thttps://www.example.com/\tExample\t3\n"
+    assert parse(tsv).entries == [
+        Entry(
+            url="https://www.example.com/",
+            title="Example",
+            bookmarked_at=datetime(1601, 1, 1, tzinfo=UTC) + timedelta(microseconds=13370000000000000),
+        )
+    ]
+    reordered = b"Example;https://www.example.com/;1731546000\n"
+    assert parse(reordered).entries == [
+        Entry(url="https://www.example.com/", title="Example", bookmarked_at=datetime(2024, 11, 14, 1, 0, tzinfo=UTC))
+    ]
+
+
+def test_csv_header_without_a_known_url_column() -> None:
+    data = b"When,Location,Name\n2024-11-13 20:00:00-05:00,https://www.example.com/,Example\n"
+    result = parse(data)
+    assert result.format == "csv"
+    assert result.entries == [
+        Entry(url="https://www.example.com/", title="Example", bookmarked_at=datetime(2024, 11, 14, 1, 0, tzinfo=UTC))
+    ]
+    assert result.rejected == []
+
+
+def test_url_list_whose_urls_hold_commas_is_not_csv() -> None:
+    data = b"https://maps.example.com/@52.5,13.4,15z\nhttps://maps.example.com/@48.1,11.5,12z\n"
+    result = parse(data)
+    assert result.format == "url_list"
+    assert [e.url for e in result.entries] == [
+        "https://maps.example.com/@52.5,13.4,15z",
+        "https://maps.example.com/@48.1,11.5,12z",
+    ]
+
+
+_title_text = st.text(alphabet="abcdefghijklmnopqrstuvwxyz ABC,;'\"!?-", min_size=1, max_size=30).filter(
+    lambda t: any(c.isalpha() for c in t)
+)
+_dates = st.datetimes(min_value=datetime(1990, 1, 2), max_value=datetime(2099, 12, 30), timezones=st.just(UTC)).map(
+    lambda d: d.replace(microsecond=0)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(_urls(), _title_text, _dates), min_size=1, max_size=6),
+    st.permutations([0, 1, 2]),
+    st.sampled_from([",", ";", "\t"]),
+    st.booleans(),
+)
+def test_headerless_csv_round_trip(rows: list, order: list, delimiter: str, epoch: bool) -> None:
+    assume(all(_canonical(url) for url, _, _ in rows))
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=delimiter)
+    for url, title, when in rows:
+        cells = [url, title, str(int(when.timestamp())) if epoch else when.isoformat(sep=" ")]
+        writer.writerow([cells[i] for i in order])
+    result = parse(out.getvalue().encode())
+    assert result.format == "csv"
+    assert [(e.url, e.title, e.bookmarked_at) for e in result.entries] == [
+        (url, title.strip(), when) for url, title, when in rows
+    ]
