@@ -6,6 +6,7 @@ Everything here is internal to :mod:`boxcar.shared.importers`; the public names 
 
 from __future__ import annotations
 
+import ast
 import codecs
 import html
 import html.entities
@@ -231,12 +232,47 @@ def clean_title(value: object) -> str | None:
     return value or None
 
 
+_MAX_LIST_CELL = 100_000
+
+
+def list_cell(value: str) -> list[str] | None:
+    """The items of a cell written as a list: a JSON array (``["a", "b"]``, Instapaper) or a Python
+    list literal (``['a', 'b']``, Readwise Reader), read with :func:`json.loads` else
+    :func:`ast.literal_eval` (never ``eval``).
+
+    Returns:
+        The string items (numbers as text; other items skipped), ``[]`` for ``[]``, or ``None``
+        when ``value`` is not such a list (then it is an ordinary separated string). Never raises.
+    """
+    text = value.strip()
+    if len(text) < 2 or text[0] != "[" or text[-1] != "]" or len(text) > _MAX_LIST_CELL:
+        return None
+    try:
+        items = json.loads(text)
+    except (ValueError, RecursionError):
+        try:
+            items = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+    if not isinstance(items, list):
+        return None
+    return [
+        item if isinstance(item, str) else str(item)
+        for item in items
+        if isinstance(item, str | int | float) and not isinstance(item, bool)
+    ]
+
+
 def split_tags(value: str, mode: str = "auto") -> list[str]:
     """Split a tag string.
 
-    ``mode``: ``"comma"``, ``"space"``, ``"pipe"`` (``|`` if present, else comma) or ``"auto"``
-    (comma if present, else ``|`` if present, else whitespace).
+    A value that is a JSON or Python-literal list (see :func:`list_cell`) gives its items, whatever
+    the mode. Otherwise ``mode``: ``"comma"``, ``"space"``, ``"pipe"`` (``|`` if present, else
+    comma) or ``"auto"`` (comma if present, else ``|`` if present, else whitespace).
     """
+    listed = list_cell(value)
+    if listed is not None:
+        return listed
     if mode == "auto":
         mode = "comma" if "," in value else "pipe" if "|" in value else "space"
     if mode == "space":

@@ -548,3 +548,78 @@ def test_headerless_csv_round_trip(rows: list, order: list, delimiter: str, epoc
     assert [(e.url, e.title, e.bookmarked_at) for e in result.entries] == [
         (url, title.strip(), when) for url, title, when in rows
     ]
+
+
+# --------------------------------------------------------------------------- list-valued tag cells
+
+
+def test_instapaper_csv_tags_written_as_a_json_array() -> None:
+    data = (
+        b"URL,Title,Selection,Folder,Timestamp,Tags\n"
+        b'https://go.dev/blog/,The Go Blog,,Unread,1731546000,"[""programming"",""go""]"\n'
+        b"https://example.com/,Example,,Archive,1731546000,[]\n"
+    )
+    result = parse(data)
+    assert result.format == "instapaper_csv"
+    when = datetime(2024, 11, 14, 1, 0, tzinfo=UTC)
+    assert result.entries == [
+        Entry(url="https://go.dev/blog/", title="The Go Blog", tags=["programming", "go"], bookmarked_at=when),
+        Entry(url="https://example.com/", title="Example", tags=[], bookmarked_at=when),
+    ]
+
+
+def test_readwise_reader_csv() -> None:
+    data = (
+        b"Title,URL,ID,Document tags,Saved date,Reading progress,Location,Seen\n"
+        b"Why the web,https://example.com/why,01hxyz,\"['reading', 'web']\",2024-11-13 20:00:00-05:00,0.5,later,True\n"
+        b"Untagged,https://example.com/untagged,01hxz0,[],2024-11-14 01:00:00+00:00,0,new,False\n"
+    )
+    result = parse(data)
+    assert result.format == "readwise_csv"
+    when = datetime(2024, 11, 14, 1, 0, tzinfo=UTC)
+    assert result.entries == [
+        Entry(url="https://example.com/why", title="Why the web", tags=["reading", "web"], bookmarked_at=when),
+        Entry(url="https://example.com/untagged", title="Untagged", tags=[], bookmarked_at=when),
+    ]
+    assert result.rejected == []
+
+
+@pytest.mark.parametrize(
+    "cell, tags",
+    [
+        ('"[""programming"",""go""]"', ["programming", "go"]),
+        ("\"['reading', 'web']\"", ["reading", "web"]),
+        ("[]", []),
+        ('"[""a, b"", ""c""]"', ["a, b", "c"]),
+        ('"a,b"', ["a", "b"]),
+        ("[not-a-list]", ["[not-a-list]"]),
+        ("\"[__import__('os')]\"", ["[__import__('os')]"]),  # read with literal_eval, never eval
+    ],
+)
+def test_csv_tag_cells_that_hold_lists(cell: str, tags: list[str]) -> None:
+    result = parse(f"url,title,tags\nhttps://example.com/,T,{cell}\n".encode())
+    assert [e.tags for e in result.entries] == [tags]
+
+
+_tag = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_tag, max_size=6), st.sampled_from([json.dumps, repr]), st.sampled_from(["csv", "raindrop", "json"]))
+def test_list_valued_tag_cells_give_their_items(tags: list[str], dump, kind: str) -> None:
+    cell = dump(tags)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    if kind == "raindrop":
+        writer.writerow(["id", "title", "note", "excerpt", "url", "folder", "tags", "created", "cover", "highlights"])
+        writer.writerow(["1", "T", "", "", "https://example.com/", "", cell, "", "", ""])
+        data = out.getvalue()
+    elif kind == "csv":
+        writer.writerow(["url", "tags"])
+        writer.writerow(["https://example.com/", cell])
+        data = out.getvalue()
+    else:  # a JSON record whose tags field is such a string
+        data = json.dumps([{"url": "https://example.com/", "tags": cell}])
+    result = parse(data.encode())
+    expected = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
+    assert [e.tags for e in result.entries] == [expected]
