@@ -14,6 +14,8 @@ of ``{"name": ...}`` or separated strings); dates from the usual time fields.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from ._common import Collector, clean_tags, decode_bytes, excerpt, split_tags, to_datetime
@@ -73,8 +75,56 @@ _MAX_DEPTH = 64
 # --------------------------------------------------------------------------- loading
 
 
+_WHITESPACE = re.compile(r"[ \t\r\n]*")
+_VALUE_LINE = re.compile(r"^[\[{\"]", re.MULTILINE)
+
+
+def iter_json_values(text: str) -> Iterator[tuple[int, Any, str | None, str]]:
+    """Walk a stream of JSON values: one per line (JSON Lines), or concatenated (``{...}{...}``), or
+    pretty-printed one after another, with :meth:`json.JSONDecoder.raw_decode`.
+
+    Yields:
+        ``(line, value, error, source)`` in document order: ``line`` is the 1-based line the value
+        starts on; ``error`` is ``None`` for a decoded ``value``, else why the text at ``line`` is
+        not JSON, and then ``source`` is that text up to the next line starting with ``{``, ``[`` or
+        ``"`` (where reading resumes) and ``value`` is ``None``. Never raises.
+    """
+    decoder = json.JSONDecoder()
+    pos, line, counted = 0, 1, 0
+    while True:
+        pos = _WHITESPACE.match(text, pos).end()
+        if pos >= len(text):
+            return
+        line += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError) as exc:
+            newline = text.find("\n", pos)
+            resume = _VALUE_LINE.search(text, newline + 1) if newline >= 0 else None
+            end = resume.start() if resume else len(text)
+            yield line, None, f"invalid JSON ({exc})", text[pos:end]
+        else:
+            yield line, value, None, ""
+        pos = end
+
+
+def _is_stream(text: str) -> bool:
+    """True for two or more JSON values one after another (more decoded than broken)."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return False
+    good = bad = 0
+    for _, _, error, _ in iter_json_values(text):
+        if error is None:
+            good += 1
+        else:
+            bad += 1
+    return good >= 2 and bad < good
+
+
 def load_lenient(text: str) -> tuple[str, Any] | None:
-    """Parse JSON, JSONL, or JSON after some leading non-JSON lines.
+    """Parse JSON, JSONL (or any stream of JSON values, see :func:`iter_json_values`), or JSON
+    after some leading non-JSON lines.
 
     Returns ``("json", obj)``, ``("jsonl", text)`` or ``None`` when the text is none of these.
     """
@@ -96,6 +146,8 @@ def load_lenient(text: str) -> tuple[str, Any] | None:
             except (ValueError, RecursionError):
                 pass
     if objects and objects * 2 >= len(lines):
+        return "jsonl", text
+    if _is_stream(text):  # e.g. ArchiveBox's concatenated or pretty-printed objects
         return "jsonl", text
     decoder = json.JSONDecoder()
     offset = 0
@@ -349,22 +401,28 @@ def parse_json(kind: str, data: bytes, hint: object, col: Collector, folder_tags
 
 
 def parse_jsonl(data: bytes, hint: object, col: Collector, *, folder_tags: bool = False) -> None:
-    """Format ``jsonl``: one JSON value per line; a broken line is rejected, the rest kept."""
+    """Format ``jsonl``: a stream of JSON values, one per line or concatenated / pretty-printed one
+    after another (ArchiveBox's JSON stream: ``{"href", "description", "timestamp"}`` objects).
+
+    Each value is a record (an object with a URL field), a URL string, or a list/object holding
+    records. The records are read as the same records in a JSON array would be (e.g. ``description``
+    is the title when there is no title field; epoch timestamps in s, ms, µs or WebKit µs). A part
+    that is not JSON is rejected ("invalid JSON") and reading resumes at the next line that starts a
+    value; a value without a URL is rejected; the rest are kept.
+    """
     text = hint if isinstance(hint, str) else decode_bytes(data)
-    walker = _Walker("jsonl", col, folder_tags, label="line")
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
+    values = list(iter_json_values(text))
+    records = [value for _, value, error, _ in values if error is None and isinstance(value, dict)]
+    kind = kind_of(records) if records else "json"
+    kind = "jsonl" if kind == "json" else kind  # e.g. browser_history_json: its tag handling
+    walker = _Walker(kind, col, folder_tags, label="line")
+    for number, value, error, source in values:
         where = f"line {number}"
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            col.reject(where, line, f"invalid JSON ({exc})")
-            continue
-        if _is_record(value):
+        if error is not None:
+            col.reject(where, source, error)
+        elif _is_record(value):
             walker.record(value, [], where=where)
         elif isinstance(value, str):
             col.add(where, value)
-        elif not _Walker("jsonl", col, folder_tags, label=f"{where} item").walk(value, []):
-            col.reject(where, line, "no URL in record")
+        elif not _Walker(kind, col, folder_tags, label=f"{where} item").walk(value, []):
+            col.reject(where, value, "no URL in record")

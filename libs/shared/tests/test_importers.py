@@ -623,3 +623,95 @@ def test_list_valued_tag_cells_give_their_items(tags: list[str], dump, kind: str
     result = parse(data.encode())
     expected = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
     assert [e.tags for e in result.entries] == [expected]
+
+
+# --------------------------------------------------------------------------- ArchiveBox's JSON stream
+
+WEBKIT_EPOCH = datetime(1601, 1, 1, tzinfo=UTC)
+
+
+def test_archivebox_json_stream_of_concatenated_objects() -> None:
+    data = (
+        b'{"href": "https://a.example/", "description": "A page", "timestamp": 13370000000000000}'
+        b'{"href": "https://b.example/", "description": "B page", "timestamp": "1731546000"}'
+    )
+    result = parse(data)
+    assert result.format == "jsonl"
+    assert result.entries == [
+        Entry(
+            url="https://a.example/",
+            title="A page",
+            bookmarked_at=WEBKIT_EPOCH + timedelta(microseconds=13370000000000000),
+        ),
+        Entry(url="https://b.example/", title="B page", bookmarked_at=datetime(2024, 11, 14, 1, 0, tzinfo=UTC)),
+    ]
+    assert result.entries[0].bookmarked_at == datetime(2024, 9, 5, 8, 53, 20, tzinfo=UTC)
+    assert result.rejected == []
+    assert parse(data, "jsonl") == result
+    assert parse(data, "json").entries == result.entries
+
+
+def test_archivebox_json_stream_pretty_printed_keeps_the_good_objects() -> None:
+    data = b"""{
+  "href": "https://a.example/",
+  "description": "A page",
+  "timestamp": 13370000000000000
+}
+{
+  "href": "https://c.example/", broken
+}
+{
+  "href": "chrome://settings",
+  "description": "Settings",
+  "timestamp": 1731546000000000
+}
+{
+  "href": "https://b.example/",
+  "description": "B page",
+  "timestamp": 1731546000000
+}
+"""
+    result = parse(data)
+    assert result.format == "jsonl"
+    assert [(e.url, e.title, e.bookmarked_at) for e in result.entries] == [
+        ("https://a.example/", "A page", WEBKIT_EPOCH + timedelta(microseconds=13370000000000000)),
+        ("https://b.example/", "B page", datetime(2024, 11, 14, 1, 0, tzinfo=UTC)),
+    ]
+    assert [(r.where, r.reason.split(" (")[0]) for r in result.rejected] == [
+        ("line 6", "invalid JSON"),
+        ("line 9", "unsupported scheme 'chrome'"),
+    ]
+    assert result.rejected[0].value == '{\n  "href": "https://c.example/", broken\n}'
+
+
+_moments = st.datetimes(min_value=datetime(1990, 1, 2), max_value=datetime(2090, 1, 1), timezones=st.just(UTC)).map(
+    lambda d: d.replace(microsecond=0)
+)
+_units = {
+    "s": lambda d: int(d.timestamp()),
+    "s-text": lambda d: f"{d.timestamp():.3f}",
+    "ms": lambda d: int(d.timestamp()) * 1000,
+    "us": lambda d: int(d.timestamp()) * 1_000_000,
+    "webkit": lambda d: int((d - WEBKIT_EPOCH).total_seconds()) * 1_000_000,
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(_urls(), _title_text, _moments, st.sampled_from(sorted(_units))), min_size=1, max_size=5),
+    st.sampled_from(["", "\n", " \n\n", "pretty"]),
+)
+def test_json_stream_reads_like_the_same_records_in_an_array(records: list, separator: str) -> None:
+    objects = [
+        {"href": url, "description": title, "timestamp": _units[unit](when)} for url, title, when, unit in records
+    ]
+    if separator == "pretty":
+        stream = "\n".join(json.dumps(o, indent=2) for o in objects)
+    else:
+        stream = separator.join(json.dumps(o) for o in objects)
+    as_array = parse(json.dumps(objects).encode())
+    as_stream = parse(stream.encode())
+    assert as_stream.entries == as_array.entries
+    assert [(e.url, e.title, e.bookmarked_at) for e in as_stream.entries] == [
+        (url, title.strip(), when) for url, title, when, _ in records if _canonical(url)
+    ]
