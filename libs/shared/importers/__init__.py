@@ -2,9 +2,15 @@
 
 ``parse(data)`` detects the format from the content (never from a file name) and returns an
 :class:`ImportResult`: the importable http(s) records as :class:`Entry` objects, in document order
-with duplicates kept (the caller merges them), and a :class:`Rejected` for every record whose URL
-was non-http(s), empty, relative or unparseable. ``parse`` never raises on malformed input: a bad
-record becomes a ``Rejected`` and the others are kept.
+with duplicates kept, and a :class:`Rejected` for every record whose URL was non-http(s), empty,
+relative or unparseable. ``parse`` never raises on malformed input: a bad record becomes a
+``Rejected`` and the others are kept.
+
+The same URL more than once in one file (a bookmark in a folder and again in the toolbar, a page
+visited twice): no parser merges records, each keeps its own title, tags and date. The caller
+(:func:`boxcar.shared.admission.admit`) merges records with the same canonical URL: the first
+non-empty title wins, the tags are the union of every record's tags (first-seen order), and the
+earliest bookmark date wins.
 
 Formats (see ``FORMATS``):
 

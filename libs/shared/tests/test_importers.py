@@ -7,6 +7,7 @@ import io
 import json
 import os
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from boxcar.shared.admission import Candidate, admit
 from boxcar.shared.importers import (
     FORMATS,
     Entry,
@@ -23,7 +25,7 @@ from boxcar.shared.importers import (
     extract_urls,
     parse,
 )
-from boxcar.shared.urls import InvalidURL, canonicalize
+from boxcar.shared.urls import InvalidURL, UrlFilter, canonicalize
 
 REPO = Path(__file__).resolve().parents[3]
 INPUTS = Path(os.environ.get("BOXCAR_SHARED_DIR", REPO.parent / "shared")) / "inputs"
@@ -715,3 +717,167 @@ def test_json_stream_reads_like_the_same_records_in_an_array(records: list, sepa
     assert [(e.url, e.title, e.bookmarked_at) for e in as_stream.entries] == [
         (url, title.strip(), when) for url, title, when, _ in records if _canonical(url)
     ]
+
+
+# --------------------------------------------------------------------------- the same URL twice in one file
+
+
+def _admitted(result: ImportResult) -> list[dict]:
+    """The seeds the caller makes of a parse result (duplicates merged by the admission rule)."""
+    items = [
+        (f"entry {i}", Candidate(url=e.url, title=e.title, tags=e.tags, bookmarked_at=e.bookmarked_at))
+        for i, e in enumerate(result.entries, 1)
+    ]
+    return admit(None, items, url_filter=UrlFilter(), only_new=False).seeds  # only_new=False: no DB
+
+
+FIREFOX_DUPLICATE = {
+    "guid": "root________",
+    "title": "",
+    "type": "text/x-moz-place-container",
+    "root": "placesRoot",
+    "children": [
+        {
+            "guid": "menu________",
+            "title": "Bookmarks Menu",
+            "type": "text/x-moz-place-container",
+            "root": "bookmarksMenuFolder",
+            "children": [
+                {
+                    "guid": "folder000001",
+                    "title": "Folder",
+                    "type": "text/x-moz-place-container",
+                    "children": [
+                        {
+                            "guid": "bookmark0001",
+                            "title": "Page",
+                            "type": "text/x-moz-place",
+                            "uri": "https://example.com/page",
+                            "tags": "reading",
+                            "keyword": "pg",
+                            "dateAdded": 1700000000000000,
+                        }
+                    ],
+                }
+            ],
+        },
+        {
+            "guid": "toolbar_____",
+            "title": "Bookmarks Toolbar",
+            "type": "text/x-moz-place-container",
+            "root": "toolbarFolder",
+            "children": [
+                {
+                    "guid": "bookmark0002",
+                    "title": "Page (toolbar copy)",
+                    "type": "text/x-moz-place",
+                    "uri": "https://example.com/page",
+                    "tags": "toolbar",
+                    "dateAdded": 1710000000000000,
+                }
+            ],
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("folder_tags", [False, True])
+def test_firefox_json_same_url_in_a_folder_and_the_toolbar(folder_tags: bool) -> None:
+    result = parse(json.dumps(FIREFOX_DUPLICATE).encode(), folder_tags=folder_tags)
+    assert result.format == "firefox_json"
+    menu = ["Bookmarks Menu", "Folder"] if folder_tags else []
+    toolbar = ["Bookmarks Toolbar"] if folder_tags else []
+    # the parser keeps both records, in document order, each with its own title, tags and date
+    assert result.entries == [
+        Entry(
+            url="https://example.com/page",
+            title="Page",
+            tags=["reading", *menu],
+            bookmarked_at=datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC),
+        ),
+        Entry(
+            url="https://example.com/page",
+            title="Page (toolbar copy)",
+            tags=["toolbar", *toolbar],
+            bookmarked_at=datetime(2024, 3, 9, 16, 0, tzinfo=UTC),
+        ),
+    ]
+    # the caller merges them: first non-empty title, union of the tags, earliest date
+    assert _admitted(result) == [
+        {
+            "url": "https://example.com/page",
+            "title": "Page",
+            "tags": ["reading", *menu, "toolbar", *toolbar],
+            "bookmarked_at": "2023-11-14T22:13:20+00:00",
+        }
+    ]
+
+
+_POOL = ["https://example.com/a", "https://example.com/b", "https://example.com/c"]
+_word = st.text(alphabet="abcdefghij", min_size=1, max_size=6)
+_record = st.tuples(
+    st.sampled_from(_POOL),
+    st.one_of(st.just(""), _word.map(str.title)),
+    st.lists(_word, max_size=3),
+    _moments,
+)
+
+
+def _render(kind: str, records: list) -> bytes:
+    """``records`` ``(url, title, tags, when)`` written in the format ``kind``."""
+    if kind == "netscape":
+        rows = "".join(
+            f'<DT><A HREF="{u}" ADD_DATE="{int(w.timestamp())}" TAGS="{",".join(t)}">{ti}</A>\n'
+            for u, ti, t, w in records
+        )
+        return f"<!DOCTYPE NETSCAPE-Bookmark-file-1>\n<DL><p>\n{rows}</DL><p>\n".encode()
+    if kind == "jsonl":
+        return "\n".join(
+            json.dumps({"url": u, "title": ti, "tags": t, "time_added": int(w.timestamp())}) for u, ti, t, w in records
+        ).encode()
+    if kind == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["url", "title", "tags", "date"])
+        writer.writerows([u, ti, ",".join(t), w.isoformat()] for u, ti, t, w in records)
+        return out.getvalue().encode()
+    if kind == "firefox_json":
+        children = [
+            {
+                "type": "text/x-moz-place",
+                "uri": u,
+                "title": ti,
+                "tags": ",".join(t),
+                "dateAdded": int(w.timestamp()) * 10**6,
+            }
+            for u, ti, t, w in records
+        ]
+        return json.dumps({"type": "text/x-moz-place-container", "title": "", "children": children}).encode()
+    # rss
+    items = "".join(
+        f"<item><title>{ti}</title><link>{u}</link>{''.join(f'<category>{c}</category>' for c in t)}"
+        f"<pubDate>{format_datetime(w, usegmt=True)}</pubDate></item>"
+        for u, ti, t, w in records
+    )
+    return f'<rss version="2.0"><channel><title>T</title>{items}</channel></rss>'.encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=8), st.sampled_from(["netscape", "jsonl", "csv", "firefox_json", "rss"]))
+def test_duplicate_urls_are_kept_by_parsers_and_merged_by_the_caller(records: list, kind: str) -> None:
+    result = parse(_render(kind, records))
+    assert result.format == kind
+    # no parser merges: every record, in document order, with its own title, tags and date
+    assert result.entries == [
+        Entry(url=u, title=ti or None, tags=list(dict.fromkeys(t)), bookmarked_at=w) for u, ti, t, w in records
+    ]
+    expected: dict[str, dict] = {}
+    for u, ti, t, w in records:
+        seed = expected.setdefault(u, {"url": u, "tags": [], "when": w})
+        seed["tags"] = list(dict.fromkeys(seed["tags"] + t))
+        if ti and "title" not in seed:
+            seed["title"] = ti
+        seed["when"] = min(seed["when"], w)
+    for seed in expected.values():
+        seed["bookmarked_at"] = seed.pop("when").isoformat()
+    assert _admitted(result) == list(expected.values())
