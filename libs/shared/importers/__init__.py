@@ -161,8 +161,9 @@ def parse(
         base_url: the absolute http(s) URL the document was fetched from, e.g. a feed's URL.
             Relative item links of feeds (``rss``, ``atom``, ``jsonfeed``) are resolved against it
             (an ``xml:base`` in the feed still applies first); without it they are resolved against
-            the feed's own stated URL or home page, if any. Other formats ignore it. An item that
-            still has no absolute http(s) URL is a ``Rejected`` saying why.
+            the feed's own stated URL or home page, if any. A value that is not an absolute
+            http(s) URL is ignored, and other formats ignore it. An item that still has no
+            absolute http(s) URL is a ``Rejected`` saying why.
 
     Returns:
         An :class:`ImportResult` with ``format`` set to the format used, ``entries`` in document

@@ -9,8 +9,9 @@ the feed (feedparser applies it), the ``base_url`` the caller fetched the feed f
 feedparser as the ``Content-Location`` it resolves against), the feed's own URL as the feed states
 it (Atom/RSS ``<link rel="self">``, JSON Feed ``feed_url``), and last its home page (RSS channel
 ``<link>``, Atom feed ``rel="alternate"`` link, JSON Feed ``home_page_url``); only absolute http(s)
-URLs are used as bases. An item that still has no absolute http(s) URL is rejected with the reason
-(e.g. "relative URL with no base", "no URL in record"), never dropped.
+URLs are used as bases (another ``base_url`` is ignored). An item that still has no absolute
+http(s) URL is rejected with the reason (e.g. "relative URL with no base", "no URL in record"),
+never dropped.
 
 (feedparser 6.0 does not read JSON Feed, hence the small reader here.)
 """
@@ -100,11 +101,13 @@ def parse_feed(
 ) -> None:
     """Formats ``rss`` and ``atom``: one record per feed item/entry (read leniently).
 
-    ``base_url`` is the URL the feed was fetched from; relative links are resolved as the module
-    docstring says. feedparser also resolves an item's ``id``/``guid`` against it, so a relative
-    GUID becomes absolute (absolute GUIDs are unchanged).
+    ``base_url`` is the URL the feed was fetched from (ignored unless it is an absolute http(s)
+    URL); relative links are resolved as the module docstring says. feedparser also resolves an
+    item's ``id``/``guid`` against it, so a relative GUID becomes absolute (absolute GUIDs are
+    unchanged).
     """
-    headers = {"content-location": base_url} if isinstance(base_url, str) and base_url.strip() else None
+    given = _http_base(base_url)  # feedparser drops every link it cannot join to a broken base
+    headers = {"content-location": given} if given else None
     # a stream: never treated as a URL or file name
     parsed = feedparser.parse(io.BytesIO(data), response_headers=headers)
     is_atom = str(parsed.get("version") or "").startswith("atom")
@@ -158,7 +161,8 @@ def parse_jsonfeed(
 ) -> None:
     """Format ``jsonfeed``: ``items[].url`` (never ``external_url``, attachments or content).
 
-    A relative ``url`` is resolved against ``base_url`` (the URL the feed was fetched from), else
+    A relative ``url`` is resolved against ``base_url`` (the URL the feed was fetched from; ignored
+    unless it is an absolute http(s) URL), else
     against ``feed_url``, else ``home_page_url`` (the first of those two that is an absolute http(s)
     URL).
     """
@@ -173,7 +177,7 @@ def parse_jsonfeed(
     if not isinstance(items, list):
         col.reject("document", excerpt(obj), "JSON Feed without an items list")
         return
-    given = base_url.strip() if isinstance(base_url, str) and base_url.strip() else None
+    given = _http_base(base_url)
     declared = _jsonfeed_base(obj)
     for number, item in enumerate(items, 1):
         where = f"item {number}"
