@@ -1,30 +1,27 @@
-"""Admission of candidate URLs into a crawl: the URL policy applied the same way everywhere.
+"""Admission of seeds into a crawl: the URL policy, applied the same way everywhere.
 
-Used by ingest (seeds of ``POST /api/v1/crawls`` and imports) and by the crawl-runner (feed items
-and URLs discovered by hooks): canonicalize, check ``URL_ALLOWLIST``/``URL_DENYLIST``, merge
-duplicates on the canonical form, and with ``ONLY_NEW`` skip URLs already archived by any crawl.
+``admit`` is a pure function: it filters ``Seed``s by ``URL_ALLOWLIST``/``URL_DENYLIST`` and
+merges duplicates (same ``Seed.key``). Whether a URL was archived before (``ONLY_NEW``) is a
+database question, so callers compose it: ``admission.without(archived_keys(session, ...))``.
+
+Used by ingest (``POST /api/v1/crawls`` and imports) and by the crawl-runner (feed items and URLs
+discovered by hooks). URLs were canonicalized once already, when their ``Seed`` was made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 
 import msgspec
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
-from boxcar.shared.db.models import Snapshot, url_hash
-from boxcar.shared.urls import InvalidURL, UrlFilter, canonicalize
+from boxcar.shared.db.models import ArchiveResult, Snapshot, url_hash
+from boxcar.shared.messages import Seed
+from boxcar.shared.urls import UrlFilter
 
-
-class Candidate(msgspec.Struct, kw_only=True):
-    """A URL offered for archiving, with what its source said about it."""
-
-    url: str
-    title: str | None = None
-    tags: list[str] = []
-    bookmarked_at: datetime | None = None
+#: Lookups of this many keys at a time (Postgres caps a statement at 65,535 parameters).
+LOOKUP_BATCH = 1000
 
 
 class Rejection(msgspec.Struct):
@@ -36,118 +33,73 @@ class Rejection(msgspec.Struct):
 
 
 class Admission(msgspec.Struct):
-    """What the URL policy made of the candidates.
+    """What the URL policy made of the seeds.
 
-    ``seeds`` are dicts as stored on ``Crawl.seeds``: ``{"url", "tags", "title"?, "bookmarked_at"?}``
-    with a canonical URL and an ISO-8601 UTC date.
+    ``seeds`` are merged (one per ``Seed.key``) in first-seen order; ``entries`` counts what was
+    offered, ``duplicates`` what merged into an earlier seed, ``skipped_existing`` what
+    ``without`` removed as archived before.
     """
 
-    seeds: list[dict]
+    seeds: list[Seed]
     entries: int = 0
     duplicates: int = 0
     rejected: list[Rejection] = []
     skipped_existing: int = 0
 
+    def without(self, keys: set[str]) -> Admission:
+        """This admission minus the seeds whose ``url_hash`` is in ``keys`` (archived before)."""
+        kept = [s for s in self.seeds if url_hash(s.url) not in keys]
+        return msgspec.structs.replace(
+            self, seeds=kept, skipped_existing=self.skipped_existing + len(self.seeds) - len(kept)
+        )
+
 
 class PolicyError(ValueError):
-    """A candidate broke the policy in strict mode; ``where`` names it."""
+    """A seed broke the policy in strict mode; ``where`` names it."""
 
     def __init__(self, where: str, message: str) -> None:
         super().__init__(f"{where}: {message}")
         self.where = where
 
 
-def clean_tags(tags: Iterable[str] | str) -> list[str]:
-    """Trimmed, de-duplicated tag names (order kept, at most 100 characters each).
+def admit(seeds: Iterable[Seed], url_filter: UrlFilter, *, strict: bool = False) -> Admission:
+    """Apply the URL policy to seeds (``Seed.source`` names each in rejections).
 
-    A bare string is one tag: a tag is never split into letters.
-    """
-    if isinstance(tags, str):
-        tags = [tags]
-    return list(dict.fromkeys(c[:100] for t in tags if isinstance(t, str) and (c := clean_text(t))))
-
-
-def clean_text(value: str | None) -> str:
-    """Trimmed text without NUL or other C0 control characters (Postgres refuses NUL in text)."""
-    if not value:
-        return ""
-    return "".join(ch for ch in value if ch >= " " or ch in "\t\n").strip()
-
-
-def existing_urls(session: Session, urls: list[str]) -> set[str]:
-    """The canonical URLs among ``urls`` that some crawl already has a snapshot of."""
-    by_hash = {url_hash(u): u for u in urls}
-    hashes = list(by_hash)
-    found: set[str] = set()
-    for i in range(0, len(hashes), 500):
-        chunk = hashes[i : i + 500]
-        found.update(by_hash[h] for h in session.scalars(select(Snapshot.url_hash).where(Snapshot.url_hash.in_(chunk))))
-    return found
-
-
-def admit(
-    session: Session,
-    items: Iterable[tuple[str, Candidate]],
-    *,
-    url_filter: UrlFilter,
-    only_new: bool,
-    strict: bool = False,
-) -> Admission:
-    """Apply the URL policy to ``(where, candidate)`` pairs.
-
-    Duplicates (same canonical URL) merge: tags are united, the first title and the earliest
-    date are kept.
+    Duplicates (same ``Seed.key``) merge by ``Seed.merge``: the first non-empty title, the union
+    of tags, the earliest bookmark date.
 
     Raises:
-        PolicyError: ``strict`` and a URL is invalid or filtered out.
+        PolicyError: ``strict`` and a URL is filtered out.
     """
-    seeds: dict[str, dict] = {}
+    merged: dict[str, Seed] = {}
     entries = duplicates = 0
     rejected: list[Rejection] = []
-    for where, item in items:
+    for seed in seeds:
         entries += 1
-        try:
-            url = canonicalize(item.url)
-            reason = url_filter.reason(url)
-        except InvalidURL as exc:
-            url, reason = "", exc.reason
+        reason = url_filter.reason(seed.url)
         if reason:
             if strict:
-                raise PolicyError(where, f"{reason}: {item.url[:300]}")
-            rejected.append(Rejection(where, item.url[:300], reason))
+                raise PolicyError(seed.source or "url", f"{reason}: {seed.url[:300]}")
+            rejected.append(Rejection(seed.source, seed.url[:300], reason))
             continue
-        tags = clean_tags(item.tags)
-        when = item.bookmarked_at.astimezone(UTC).isoformat() if item.bookmarked_at else None
-        title = clean_text(item.title)[:512] or None
-        known = seeds.get(url)
-        if known is not None:
+        key = seed.key
+        known = merged.get(key)
+        if known is None:
+            merged[key] = seed
+        else:
             duplicates += 1
-            known["tags"] = list(dict.fromkeys(known["tags"] + tags))
-            if title and "title" not in known:
-                known["title"] = title
-            if when and ("bookmarked_at" not in known or when < known["bookmarked_at"]):
-                known["bookmarked_at"] = when
-            continue
-        seeds[url] = {"url": url, "tags": tags}
-        if title:
-            seeds[url]["title"] = title
-        if when:
-            seeds[url]["bookmarked_at"] = when
-    skipped = 0
-    if only_new and seeds:
-        for url in existing_urls(session, list(seeds)):
-            del seeds[url]
-            skipped += 1
-    return Admission(
-        seeds=list(seeds.values()), entries=entries, duplicates=duplicates, rejected=rejected, skipped_existing=skipped
-    )
+            merged[key] = known.merge(seed)
+    return Admission(seeds=list(merged.values()), entries=entries, duplicates=duplicates, rejected=rejected)
 
 
-def config_flag(config: dict, key: str, default: bool) -> bool:
-    """A boolean crawl-config override (``"True"``/``"false"``/``"1"``…), else ``default``."""
-    value = str(config.get(key, "")).strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    return default
+def archived_keys(session: Session, seeds: Iterable[Seed]) -> set[str]:
+    """The ``url_hash`` of each seed some crawl has already archived: a snapshot of that URL with
+    at least one succeeded result (a cancelled or failed one does not count, so a re-import
+    archives what was never archived)."""
+    hashes = list({url_hash(s.url) for s in seeds})
+    found: set[str] = set()
+    for i in range(0, len(hashes), LOOKUP_BATCH):
+        chunk = hashes[i : i + LOOKUP_BATCH]
+        succeeded = exists().where(ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == "succeeded")
+        found.update(session.scalars(select(Snapshot.url_hash).where(Snapshot.url_hash.in_(chunk), succeeded)))
+    return found

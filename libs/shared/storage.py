@@ -108,3 +108,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def display_path(path: str) -> str:
+    """A file path as text that every message, row and log can carry.
+
+    Paths from the file system may hold bytes that are not UTF-8 (wget names a file after a
+    Latin-1 query, ``?q=H%F6he``, with the raw byte 0xF6); Python gives those as lone surrogates,
+    which JSON encoders refuse. They become ``\\xNN`` escapes here; valid names are unchanged.
+    """
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")

@@ -2,13 +2,17 @@
 
 - Only ``http`` and ``https`` URLs are archived; anything else is rejected with a reason.
 - Scheme and host are lower-cased, IDN hosts IDNA-encoded (UTS #46), default ports dropped,
-  userinfo removed from the stored URL, an empty path becomes ``/``.
+  userinfo removed from the stored URL (``credentials`` keeps it apart, to be encrypted), an
+  empty path becomes ``/``.
 - Non-ASCII characters and spaces in path, query and fragment are percent-encoded (UTF-8);
-  existing escapes are kept as they are. Fragments are kept (``#a`` and ``#b`` are different
-  pages to a single-page app).
+  existing escapes are kept as they are, so the URL that is fetched is the one the user gave.
+  Fragments are kept (``#a`` and ``#b`` are different pages to a single-page app).
+- ``url_key`` is the dedup key: the canonical URL further normalized by RFC 3986 §6.2.2.1–2
+  (hex digits of percent-escapes upper-cased, escapes of unreserved characters decoded), so
+  ``/p%C3%BCr`` and ``/p%c3%bcr`` are one page while neither is rewritten for fetching.
 - URLs up to ``MAX_URL_LENGTH`` characters are accepted (well above the 8 KB some archives need).
 
-``canonicalize`` is idempotent: ``canonicalize(canonicalize(u)) == canonicalize(u)``.
+``canonicalize`` and ``url_key`` are idempotent: ``f(f(u)) == f(u)``.
 """
 
 from __future__ import annotations
@@ -40,13 +44,19 @@ class InvalidURL(ValueError):
 
 
 def canonicalize(url: str) -> str:
-    """Return the canonical form of an http(s) URL.
+    """Return the canonical form of an http(s) URL (see ``canonical_parts``)."""
+    return canonical_parts(url)[0]
+
+
+def canonical_parts(url: str) -> tuple[str, str]:
+    """Split an http(s) URL into its canonical form and its userinfo.
 
     Args:
         url: an absolute URL as a user or a parser gave it (surrounding whitespace is ignored).
 
     Returns:
-        The canonical URL string (see module docstring).
+        ``(canonical URL, userinfo)``: the URL without credentials (see module docstring) and the
+        ``user[:password]`` part as written (percent-escapes kept), or ``""`` when there is none.
 
     Raises:
         InvalidURL: not http(s), no host, a malformed host or port, or longer than
@@ -81,9 +91,45 @@ def canonicalize(url: str) -> str:
     path = quote(parts.path, safe=_SAFE_PATH) or "/"
     query = quote(parts.query, safe=_SAFE_QUERY)
     fragment = quote(parts.fragment, safe=_SAFE_QUERY)
-    result = urlunsplit((scheme, netloc, path, query, fragment))
-    # urlunsplit drops an empty "?" or "#"; keep them only when the input had content there.
-    return result
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    return urlunsplit((scheme, netloc, path, query, fragment)), userinfo
+
+
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _normalize_escape(match: re.Match) -> str:
+    char = chr(int(match[1], 16))
+    return char if char in _UNRESERVED else "%" + match[1].upper()
+
+
+def url_key(canonical_url: str) -> str:
+    """The dedup key of a canonical URL: RFC 3986 §6.2.2 percent-encoding normalization.
+
+    Hex digits of escapes are upper-cased and escapes of unreserved characters
+    (``ALPHA / DIGIT / "-" / "." / "_" / "~"``) decoded; nothing else changes. Two URLs with the
+    same key are the same resource to every RFC 3986 server, so Boxcar archives them once.
+    """
+    return _ESCAPE.sub(_normalize_escape, canonical_url)
+
+
+_USERINFO = re.compile(r"(?i)\b(https?://)[^/?#@\s\"'<>]*@")
+
+
+def strip_userinfo(text: str) -> str:
+    """``text`` with the userinfo of every http(s) URL in it removed (``http://u:p@h/`` →
+    ``http://h/``): for URLs the hooks report back, and for imported files kept in ``sources/``."""
+    return _USERINFO.sub(r"\1", text) if "@" in text else text
+
+
+def with_userinfo(canonical_url: str, userinfo: str) -> str:
+    """``canonical_url`` with ``userinfo`` (as ``canonical_parts`` returned it) put back: the URL
+    to fetch a password-protected page with. Never store or log the result."""
+    if not userinfo:
+        return canonical_url
+    scheme, rest = canonical_url.split("://", 1)
+    return f"{scheme}://{userinfo}@{rest}"
 
 
 def _canonical_host(url: str, parts) -> str:

@@ -105,6 +105,16 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     return engine
 
 
+def insert_seeds(session: Session, crawl_id: str, seeds: list, batch: int = 500) -> None:
+    """Store a crawl's ``Seed``s as ``CrawlSeed`` rows, ``batch`` rows per INSERT (Postgres caps a
+    statement at 65,535 parameters)."""
+    from boxcar.shared.db.models import CrawlSeed
+
+    insert = insert_for(session)
+    for start in range(0, len(seeds), batch):
+        session.execute(insert(CrawlSeed).values(CrawlSeed.rows(crawl_id, seeds[start : start + batch], start)))
+
+
 def insert_for(session: Session):
     """The dialect's ``insert`` (with ``on_conflict_do_nothing/do_update``) for this session."""
     if session.get_bind().dialect.name == "postgresql":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -34,26 +35,41 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-# Crawl / Snapshot / CrawlSchedule status values (ArchiveBox StatusChoices).
-QUEUED, STARTED, PAUSED, SEALED = "queued", "started", "paused", "sealed"
+from boxcar.shared.clock import utcnow
+from boxcar.shared.messages import Seed
+from boxcar.shared.urls import url_key
+
+
+class Status(StrEnum):
+    """Crawl / Snapshot / CrawlSchedule status (ArchiveBox ``StatusChoices``); the legal moves are
+    tabled in ``boxcar.crawl_runner.queries``."""
+
+    QUEUED = "queued"
+    STARTED = "started"
+    PAUSED = "paused"
+    SEALED = "sealed"
+
+
+class TaskStatus(StrEnum):
+    """SnapshotTask status: ``planned → dispatched → succeeded | failed | cancelled``."""
+
+    PLANNED = "planned"
+    DISPATCHED = "dispatched"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+QUEUED, STARTED, PAUSED, SEALED = Status.QUEUED, Status.STARTED, Status.PAUSED, Status.SEALED
 OPEN_STATUSES = (QUEUED, STARTED, PAUSED)
-
-# SnapshotTask status values.
-TASK_PLANNED, TASK_DISPATCHED, TASK_SUCCEEDED, TASK_FAILED = "planned", "dispatched", "succeeded", "failed"
+TASK_PLANNED, TASK_DISPATCHED = TaskStatus.PLANNED, TaskStatus.DISPATCHED
 TASK_OPEN = (TASK_PLANNED, TASK_DISPATCHED)
-
-#: Stage number of the finalize step (write index.jsonl) that precedes a snapshot's seal.
-FINALIZE_STAGE = 99
-
-
-def utcnow() -> datetime:
-    """Now, timezone-aware UTC."""
-    return datetime.now(UTC)
 
 
 def url_hash(url: str) -> str:
-    """sha256 hex of a canonical URL: the indexed key for URL lookups (URLs may be 32 KB long)."""
-    return hashlib.sha256(url.encode("utf-8")).hexdigest()
+    """sha256 hex of a URL's dedup key (``urls.url_key``): the indexed key for URL lookups (URLs
+    may be 32 KB long), equal for URLs that differ only in how they percent-escape."""
+    return hashlib.sha256(url_key(url).encode("utf-8")).hexdigest()
 
 
 class UTCDateTime(TypeDecorator):
@@ -100,7 +116,6 @@ class Crawl(Base):
     created_by: Mapped[str] = mapped_column(String(64), default="system")
     status: Mapped[str] = mapped_column(String(16), default=QUEUED, index=True)
     retry_at: Mapped[datetime | None] = mapped_column(index=True)
-    seeds: Mapped[list[Any]] = mapped_column(default=list)
     max_depth: Mapped[int] = mapped_column(Integer, default=0)
     tags_str: Mapped[str] = mapped_column(String(1024), default="")
     plugins: Mapped[list[Any]] = mapped_column(default=list)
@@ -109,18 +124,26 @@ class Crawl(Base):
     notes: Mapped[str] = mapped_column(Text, default="")
     output_dir: Mapped[str] = mapped_column(String(512), default="")
     source_file: Mapped[str | None] = mapped_column(String(512))
+    #: every imported file kept for this crawl, verbatim but for URL passwords (``sources/…``)
+    source_files: Mapped[list[Any]] = mapped_column(default=list)
     schedule_id: Mapped[str | None] = mapped_column(ForeignKey("crawl_schedule.id", ondelete="SET NULL"))
     trace_context: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: seeds stored (``CrawlSeed`` rows) and how many of them are snapshots already
+    seed_count: Mapped[int] = mapped_column(Integer, default=0)
+    seeded: Mapped[int] = mapped_column(Integer, default=0)
+    #: set when a user cancelled it: nothing of it runs any more; sealed once no snapshot is open
+    cancelled_at: Mapped[datetime | None]
+    #: why the crawl was given up (a step kept failing), shown with it
+    error: Mapped[str] = mapped_column(Text, default="")
 
     @classmethod
-    def new(
-        cls, *, user: str, seeds: list[dict], first_url: str = "", now: datetime | None = None, **fields: Any
-    ) -> Crawl:
+    def new(cls, *, user: str, first_url: str, seed_count: int, now: datetime | None = None, **fields: Any) -> Crawl:
         """A queued crawl, due now, with a fresh id and its ``output_dir`` (``CRAWL_DIR``) laid out.
+        Its seeds are stored beside it with ``boxcar.shared.db.insert_seeds``.
 
         Args:
-            seeds: ``[{"url", "tags", "title"?, "bookmarked_at"?}]`` with canonical URLs.
-            first_url: names the crawl dir when there are no seeds.
+            first_url: names the crawl dir.
+            seed_count: how many seeds it has.
             fields: other columns (max_depth, tags_str, plugins, config, label, schedule_id, …).
         """
         from boxcar.shared.ids import new_id
@@ -128,7 +151,6 @@ class Crawl(Base):
 
         now = now or utcnow()
         crawl_id = new_id()
-        first = seeds[0]["url"] if seeds else first_url
         return cls(
             id=crawl_id,
             created_at=now,
@@ -136,10 +158,54 @@ class Crawl(Base):
             created_by=user,
             status=QUEUED,
             retry_at=now,
-            seeds=seeds,
-            output_dir=crawl_dir(user, now, first, crawl_id),
+            seed_count=seed_count,
+            seeded=0,
+            output_dir=crawl_dir(user, now, first_url, crawl_id),
             **fields,
         )
+
+
+class CrawlSeed(Base):
+    """One seed of a crawl, in submission order (ingest writes them with the crawl; the
+    crawl-runner turns them into snapshots a batch at a time, following ``Crawl.seeded``)."""
+
+    __tablename__ = "crawl_seed"
+
+    crawl_id: Mapped[str] = mapped_column(ForeignKey("crawl.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(String(512))
+    tags: Mapped[list[Any]] = mapped_column(default=list)
+    bookmarked_at: Mapped[datetime | None]
+    source: Mapped[str] = mapped_column(String(200), default="")
+    credentials: Mapped[str] = mapped_column(Text, default="")
+
+    def seed(self) -> Seed:
+        return Seed(
+            url=self.url,
+            title=self.title,
+            tags=tuple(self.tags or ()),
+            bookmarked_at=self.bookmarked_at,
+            source=self.source,
+            credentials=self.credentials,
+        )
+
+    @staticmethod
+    def rows(crawl_id: str, seeds: list[Seed], start: int = 0) -> list[dict[str, Any]]:
+        """Insertable rows for ``seeds`` at positions ``start, start+1, …``."""
+        return [
+            {
+                "crawl_id": crawl_id,
+                "position": start + i,
+                "url": seed.url,
+                "title": seed.title,
+                "tags": list(seed.tags),
+                "bookmarked_at": seed.bookmarked_at,
+                "source": seed.source,
+                "credentials": seed.credentials,
+            }
+            for i, seed in enumerate(seeds)
+        ]
 
 
 class Snapshot(Base):
@@ -150,6 +216,7 @@ class Snapshot(Base):
         UniqueConstraint("crawl_id", "url_hash"),
         Index("ix_snapshot_crawl_id_status", "crawl_id", "status"),
         Index("ix_snapshot_status_retry_at", "status", "retry_at"),
+        Index("ix_snapshot_crawl_id_status_depth_created_at", "crawl_id", "status", "depth", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -169,14 +236,23 @@ class Snapshot(Base):
     output_dir: Mapped[str] = mapped_column(String(512))
     output_size: Mapped[int] = mapped_column(BigInteger, default=0)
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: final HTTP status of the page (after redirects), as the capture saw it; None = unknown
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    #: the URL the page ended at after redirects, when it differs from ``url``
+    final_url: Mapped[str | None] = mapped_column(Text)
+    #: why no response came at all (connection refused, DNS failure, …), "" when one came
+    network_error: Mapped[str] = mapped_column(Text, default="")
+    #: captures tried so far (a 429/5xx or network error is retried up to MAX_URL_ATTEMPTS)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: the URL's userinfo sealed by ``boxcar.shared.secrets`` ("" when none); never plain text
+    credentials: Mapped[str] = mapped_column(Text, default="")
+    #: when the result-projector last wrote ``index.jsonl`` (None: not yet)
+    indexed_at: Mapped[datetime | None]
 
 
 class SnapshotTask(Base):
-    """A task dispatch record: one family's work on one stage of one snapshot (runner-owned).
-
-    ``results`` keeps the task's ArchiveResult summaries so the runner can have ``index.jsonl``
-    written at seal time without waiting for the projector.
-    """
+    """A task dispatch record: one family's work on one stage of one snapshot (runner-owned),
+    the outbox of ``HookTask`` messages."""
 
     __tablename__ = "snapshot_task"
     __table_args__ = (Index("ix_snapshot_task_snapshot_id_stage", "snapshot_id", "stage"),)
@@ -186,14 +262,14 @@ class SnapshotTask(Base):
     crawl_id: Mapped[str] = mapped_column(String(32), index=True)
     stage: Mapped[int] = mapped_column(Integer)
     family: Mapped[str] = mapped_column(String(32))
-    kind: Mapped[str] = mapped_column(String(16), default="hooks")
     plugins: Mapped[list[Any]] = mapped_column(default=list)
     status: Mapped[str] = mapped_column(String(16), default=TASK_PLANNED)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     dispatched_at: Mapped[datetime | None]
+    #: when an executor said it began the task (``events.task.started``)
+    started_at: Mapped[datetime | None]
     completed_at: Mapped[datetime | None]
-    results: Mapped[list[Any]] = mapped_column(default=list)
     error: Mapped[str] = mapped_column(Text, default="")
 
 
@@ -312,6 +388,9 @@ class CrawlSchedule(Base):
     last_modified: Mapped[str] = mapped_column(String(128), default="")
     failures: Mapped[int] = mapped_column(Integer, default=0)
     last_polled_at: Mapped[datetime | None]
+    #: feed items that gave no archivable URL, in all polls, and the last one's reason
+    items_rejected: Mapped[int] = mapped_column(Integer, default=0)
+    last_rejection: Mapped[str] = mapped_column(Text, default="")
 
 
 class FeedItem(Base):
@@ -341,3 +420,5 @@ class ApiToken(Base):
     expires_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: ``write`` (every endpoint) or ``read`` (GET endpoints only)
+    scope: Mapped[str] = mapped_column(String(16), default="write")

@@ -25,8 +25,9 @@ Formats (see ``FORMATS``):
   ``csv`` (any CSV whose rows hold a URL, with or without a header row);
 - ``url_list``, ``markdown``, ``text``.
 
-URLs are checked with :func:`boxcar.shared.urls.canonicalize` but stored as the source gave them
-(entities decoded, surrounding whitespace trimmed).
+URLs are checked for a scheme and stored as the source gave them (entities decoded, surrounding
+whitespace trimmed); ``ImportResult.seeds`` turns entries into ``Seed``s where they enter Boxcar,
+which canonicalizes each URL once and rejects what cannot be archived.
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from boxcar.shared.urls import strip_userinfo
+
 from . import csvformats, feeds, jsonformats, netscape, text
 from ._common import Collector, Entry, ImportResult, Rejected, decode_bytes
 from .text import extract_urls
 
 __all__ = [
+    "redact_credentials",
     "FEED_FORMATS",
     "looks_binary",
     "FORMATS",
@@ -193,3 +197,12 @@ def parse(
         )
         format = format or "text"
     return ImportResult(format=format, entries=col.entries, rejected=col.rejected)
+
+
+def redact_credentials(data: bytes) -> bytes:
+    """An import file as kept under ``sources/``: every ``http(s)://user:password@`` in it loses its
+    userinfo (the crawl keeps the credentials sealed; no file holds them in clear). Bytes that
+    are not UTF-8 are kept as they are."""
+    if b"@" not in data:
+        return data
+    return strip_userinfo(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")

@@ -12,13 +12,15 @@ import html
 import html.entities
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit
 
 import msgspec
 
-from boxcar.shared.urls import InvalidURL, canonicalize
+from boxcar.shared.messages import Seed
+from boxcar.shared.urls import InvalidURL, strip_userinfo
 
 MAX_EXCERPT = 300
 
@@ -36,6 +38,9 @@ class Entry(msgspec.Struct, kw_only=True):
             ``None`` when the source has no usable date.
         guid: a feed item's GUID / Atom id / JSON Feed id (what feed subscriptions key items on),
             ``None`` for other formats or when the item has none.
+
+    An entry is the record as its source gave it; where it enters Boxcar it becomes a ``Seed``
+    (``ImportResult.seeds``), which is when its URL is canonicalized.
     """
 
     url: str
@@ -72,6 +77,30 @@ class ImportResult(msgspec.Struct, kw_only=True):
     format: str
     entries: list[Entry]
     rejected: list[Rejected]
+
+    def seeds(self, seal: Callable[[str], str] | None = None) -> tuple[list[tuple[Entry, Seed]], list[Rejected]]:
+        """The entries as ``Seed``s (``Seed.parse``: canonical URL, cleaned title and tags, URL
+        credentials sealed with ``seal`` or dropped without it), each beside its entry; an entry
+        whose URL cannot be archived (a bad host or port) becomes a ``Rejected`` instead."""
+        pairs: list[tuple[Entry, Seed]] = []
+        rejected: list[Rejected] = []
+        for number, entry in enumerate(self.entries, 1):
+            try:
+                seed = Seed.parse(
+                    entry.url,
+                    title=entry.title,
+                    tags=entry.tags,
+                    bookmarked_at=entry.bookmarked_at,
+                    source=f"entry {number}",
+                    seal=seal,
+                )
+            except InvalidURL as exc:
+                rejected.append(
+                    Rejected(where=f"entry {number}", value=excerpt(strip_userinfo(entry.url)), reason=exc.reason)
+                )
+                continue
+            pairs.append((entry, seed))
+        return pairs, rejected
 
 
 # --------------------------------------------------------------------------- decoding
@@ -183,6 +212,17 @@ def has_scheme(url: str) -> bool:
     return _SCHEME.match(url) is not None
 
 
+def is_absolute_http(url: str) -> bool:
+    """Whether ``url`` is structurally an absolute http(s) URL with a host (a base to resolve
+    against); a parse check only, the URL is not canonicalized here."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
 def url_problem(url: str) -> str | None:
     """Why ``url`` (already entity-decoded and trimmed) is not archivable, or ``None`` if it is."""
     if not url:
@@ -195,12 +235,6 @@ def url_problem(url: str) -> str | None:
     scheme = match.group(1).lower()
     if scheme not in ("http", "https"):
         return f"unsupported scheme {scheme!r}"
-    try:
-        canonicalize(url)
-    except InvalidURL as exc:
-        return exc.reason
-    except Exception as exc:  # canonicalize is expected to raise only InvalidURL; be safe anyway
-        return f"unparseable URL ({exc.__class__.__name__})"
     return None
 
 

@@ -26,7 +26,7 @@ from urllib.parse import urljoin
 
 import feedparser
 
-from ._common import Collector, clean_tags, decode_bytes, excerpt, has_scheme, to_datetime, url_problem
+from ._common import Collector, clean_tags, decode_bytes, excerpt, has_scheme, is_absolute_http, to_datetime
 
 
 class _TextOnly(HTMLParser):
@@ -72,7 +72,7 @@ def _item_url(entry: dict, is_atom: bool) -> str | None:
 
 def _http_base(value: object) -> str | None:
     """``value`` when it is an absolute http(s) URL usable as a base, else ``None``."""
-    if isinstance(value, str) and url_problem(value.strip()) is None:
+    if isinstance(value, str) and is_absolute_http(value.strip()):
         return value.strip()
     return None
 

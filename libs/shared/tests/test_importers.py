@@ -15,7 +15,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from boxcar.shared.admission import Candidate, admit
+from boxcar.shared.admission import admit
 from boxcar.shared.importers import (
     FORMATS,
     Entry,
@@ -732,11 +732,17 @@ def test_json_stream_reads_like_the_same_records_in_an_array(records: list, sepa
 
 def _admitted(result: ImportResult) -> list[dict]:
     """The seeds the caller makes of a parse result (duplicates merged by the admission rule)."""
-    items = [
-        (f"entry {i}", Candidate(url=e.url, title=e.title, tags=e.tags, bookmarked_at=e.bookmarked_at))
-        for i, e in enumerate(result.entries, 1)
-    ]
-    return admit(None, items, url_filter=UrlFilter(), only_new=False).seeds  # only_new=False: no DB
+    pairs, _ = result.seeds()
+    seeds = admit([seed for _, seed in pairs], UrlFilter()).seeds
+    out = []
+    for seed in seeds:
+        item = {"url": seed.url, "tags": list(seed.tags)}
+        if seed.title:
+            item["title"] = seed.title
+        if seed.bookmarked_at:
+            item["bookmarked_at"] = seed.bookmarked_at.isoformat()
+        out.append(item)
+    return out
 
 
 FIREFOX_DUPLICATE = {

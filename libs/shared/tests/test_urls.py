@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.provisional import urls as hypothesis_urls
 
-from boxcar.shared.urls import InvalidURL, canonicalize
+from boxcar.shared.urls import InvalidURL, canonical_parts, canonicalize, strip_userinfo, url_key, with_userinfo
 
 
 @pytest.mark.parametrize(
@@ -76,3 +78,60 @@ def test_idempotent_on_real_urls(url):
         return
     assert canonicalize(once) == once
     assert once.split(":", 1)[0] in ("http", "https")
+
+
+# --------------------------------------------------------------------------- the dedup key (RFC 3986 §6.2.2)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("https://example.com/p%C3%BCr-b.html", "https://example.com/p%c3%bcr-b.html"),
+        ("https://example.com/%7Euser", "https://example.com/~user"),
+        ("https://example.com/a%2db", "https://example.com/a-b"),
+        ("https://example.com/?q=%41", "https://example.com/?q=A"),
+    ],
+)
+def test_escapes_that_mean_the_same_give_one_key(a, b):
+    assert url_key(canonicalize(a)) == url_key(canonicalize(b))
+
+
+def test_escapes_that_differ_in_meaning_keep_different_keys():
+    # a reserved character escaped is not the character itself (RFC 3986 §2.2)
+    assert url_key("https://example.com/a%2Fb") != url_key("https://example.com/a/b")
+    assert url_key("https://example.com/?a=1%262") != url_key("https://example.com/?a=1&2")
+
+
+def test_the_url_fetched_stays_as_given():
+    assert canonicalize("https://example.com/p%c3%bcr-b.html") == "https://example.com/p%c3%bcr-b.html"
+
+
+_ESCAPES = st.sampled_from(["%c3%bc", "%C3%BC", "%7e", "%7E", "%2f", "%2F", "%41", "a", "-", "~", "/"])
+
+
+@settings(max_examples=300)
+@given(st.lists(_ESCAPES, max_size=8))
+def test_url_key_is_idempotent_and_blind_to_the_case_of_escapes(parts):
+    url = canonicalize("https://example.com/" + "".join(parts))
+    key = url_key(url)
+    assert url_key(key) == key
+    flipped = re.sub(r"%[0-9A-Fa-f]{2}", lambda m: m[0].swapcase(), url)
+    assert url_key(canonicalize(flipped)) == key
+
+
+@settings(max_examples=300)
+@given(hypothesis_urls())
+def test_url_key_of_real_urls_is_idempotent(url):
+    try:
+        once = url_key(canonicalize(url))
+    except InvalidURL:
+        return
+    assert url_key(canonicalize(once)) == once
+
+
+def test_userinfo_is_split_off_and_can_be_put_back_or_stripped():
+    url, userinfo = canonical_parts("http://alice:s3cret%40x@Example.com/private/")
+    assert (url, userinfo) == ("http://example.com/private/", "alice:s3cret%40x")
+    assert with_userinfo(url, userinfo) == "http://alice:s3cret%40x@example.com/private/"
+    text = 'see "http://alice:pw@example.com/a" and https://bob@host.example/ or mail@example.com'
+    assert strip_userinfo(text) == 'see "http://example.com/a" and https://host.example/ or mail@example.com'

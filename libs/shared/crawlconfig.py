@@ -1,0 +1,298 @@
+"""A crawl's settings, merged once: the operator's environment, then the request's overrides.
+
+``CrawlConfig.build`` runs where a crawl is made (ingest for API requests and imports, the
+crawl-runner for feed polls). It takes the *per-crawl* settings from the environment, lays the
+request's ``config`` over them, validates every key and value, and the result is stored on the
+Crawl and carried in each ``HookTask``. The runner plans and the executors run from those same
+values, so a setting cannot mean one thing to the planner and another to a hook.
+
+Per-crawl settings are an allow-list (DESIGN.md rule 7: a crawl's ``config`` never chooses
+binaries, arguments or paths):
+
+- ``<PLUGIN>_ENABLED`` (and ArchiveBox's ``SAVE_*``/``USE_*`` aliases), booleans;
+- ``TIMEOUT`` and ``<PLUGIN>_TIMEOUT``, whole seconds 1–``MAX_TIMEOUT``;
+- ``CHECK_SSL_VALIDITY`` and ``<PLUGIN>_CHECK_SSL_VALIDITY``, booleans;
+- ``USER_AGENT`` and ``<PLUGIN>_USER_AGENT``, a line of text;
+- ``RESOLUTION`` and ``<PLUGIN>_RESOLUTION``, ``WIDTH,HEIGHT``;
+- ``MEDIA_MAX_SIZE``/``YTDLP_MAX_SIZE``, a size like ``750m``;
+- ``COOKIES_FILE``: the *name* of a file in the operator's ``COOKIES_DIR``;
+- Boxcar's own crawl limits and URL policy (``CRAWL_SETTINGS``).
+
+Everything else (``WGET_ARGS_EXTRA``, ``WGET_BINARY``, ``NODE_OPTIONS``, ``PYTHON*``, ``LD_*``,
+``PATH``, proxies, …) is refused with an error naming the key; hooks get such variables only
+from the operator's own environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from boxcar.shared.plugins import PluginCatalog
+from boxcar.shared.settings import Settings
+from boxcar.shared.urls import UrlFilter
+
+MAX_TIMEOUT = 24 * 3600
+
+_BOOL_TRUE = ("1", "true", "yes", "on")
+_BOOL_FALSE = ("0", "false", "no", "off")
+_RESOLUTION = re.compile(r"^\d{2,5},\d{2,5}$")
+_SIZE = re.compile(r"^\d{1,12}[kmgt]?b?$", re.IGNORECASE)
+_COOKIE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class ConfigError(ValueError):
+    """A crawl ``config`` key or value that is refused; ``key`` names it, ``str()`` says why."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class CrawlSetting(msgspec.Struct, frozen=True):
+    """One of Boxcar's own per-crawl settings: its kind and what it means (for the README)."""
+
+    kind: str  # "bool" | "int" | "text" | "regex"
+    description: str
+    minimum: int = 0
+    maximum: int = 2**31
+
+
+#: Boxcar's per-crawl settings (ArchiveBox's names), always stored with their effective value.
+CRAWL_SETTINGS: dict[str, CrawlSetting] = {
+    "CRAWL_MAX_URLS": CrawlSetting("int", "snapshots per crawl (0 = no limit)", 0, 10_000_000),
+    "CRAWL_MAX_CONCURRENT_SNAPSHOTS": CrawlSetting("int", "snapshots of one crawl in flight at once", 1, 1024),
+    "ONLY_NEW": CrawlSetting("bool", "skip URLs some crawl archived before"),
+    "URL_ALLOWLIST": CrawlSetting("regex", "only archive URLs matching"),
+    "URL_DENYLIST": CrawlSetting("regex", "never archive URLs matching"),
+    "MAX_URL_ATTEMPTS": CrawlSetting("int", "captures of a URL that answers 429/5xx or fails to connect", 1, 20),
+}
+
+
+class CrawlConfig(msgspec.Struct, frozen=True):
+    """The validated per-crawl settings: ``{KEY: value as an environment string}``.
+
+    Holds Boxcar's ``CRAWL_SETTINGS`` (always) and the plugin settings that the environment or
+    the request set (a plugin setting left out takes abx-plugins' schema default everywhere).
+    """
+
+    values: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        catalog: PluginCatalog,
+        overrides: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> CrawlConfig:
+        """Merge ``environ``'s per-crawl settings, then ``overrides`` (a request's ``config``).
+
+        Args:
+            settings: the operator's settings (defaults of ``CRAWL_SETTINGS``, ``COOKIES_DIR``).
+            overrides: keys and JSON values (str, int, float, bool) from the request.
+            environ: the operator's environment (default ``os.environ``); keys that are not
+                per-crawl settings are ignored here (they stay machine settings).
+
+        Raises:
+            ConfigError: an override key that is not a per-crawl setting, or an ill-typed value.
+        """
+        import os
+
+        environ = os.environ if environ is None else environ
+        values = {
+            "CRAWL_MAX_URLS": str(settings.crawl_max_urls),
+            "CRAWL_MAX_CONCURRENT_SNAPSHOTS": str(settings.crawl_max_concurrent_snapshots),
+            "ONLY_NEW": str(settings.only_new).lower(),
+            "URL_ALLOWLIST": settings.url_allowlist,
+            "URL_DENYLIST": settings.url_denylist,
+            "MAX_URL_ATTEMPTS": str(settings.max_url_attempts),
+        }
+        keys = _AllowList.of(catalog)
+        for key, raw in environ.items():
+            canonical = keys.canonical(key)
+            if canonical and canonical not in CRAWL_SETTINGS:
+                values[canonical] = raw  # the operator's own value, trusted as the hooks read it
+        for key, raw in (overrides or {}).items():
+            canonical = keys.canonical(str(key))
+            if canonical is None:
+                raise ConfigError(str(key)[:80], keys.refusal(str(key)))
+            values[canonical] = keys.check(canonical, raw, settings)
+        return cls(values)
+
+    # ------------------------------------------------------------------ reading
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.values.get(key, "").strip().lower()
+        return True if value in _BOOL_TRUE else False if value in _BOOL_FALSE else default
+
+    def number(self, key: str, default: int = 0) -> int:
+        try:
+            return int(self.values[key])
+        except (KeyError, ValueError):
+            return default
+
+    @property
+    def only_new(self) -> bool:
+        return self.flag("ONLY_NEW", True)
+
+    @property
+    def max_urls(self) -> int:
+        return self.number("CRAWL_MAX_URLS")
+
+    @property
+    def max_concurrent_snapshots(self) -> int:
+        return max(1, self.number("CRAWL_MAX_CONCURRENT_SNAPSHOTS", 8))
+
+    @property
+    def max_url_attempts(self) -> int:
+        return max(1, self.number("MAX_URL_ATTEMPTS", 1))
+
+    def url_filter(self) -> UrlFilter:
+        """The crawl's ``URL_ALLOWLIST``/``URL_DENYLIST`` (validated when the config was built)."""
+        return UrlFilter(self.values.get("URL_ALLOWLIST", ""), self.values.get("URL_DENYLIST", ""))
+
+    def plugin_environ(self, machine_environ: Mapping[str, str]) -> dict[str, str]:
+        """The string settings a hook of this crawl sees: the machine's environment with every
+        per-crawl key taken from this config instead (so a hook never sees a per-crawl value the
+        planner did not), Boxcar's own crawl settings left out."""
+        keys = _AllowList.cached()
+        env = {k: v for k, v in machine_environ.items() if keys is None or keys.canonical(k) is None}
+        env.update({k: v for k, v in self.values.items() if k not in CRAWL_SETTINGS})
+        return env
+
+
+class _AllowList:
+    """Which keys a crawl may set, derived once from the installed plugins' ``config.json``."""
+
+    _instance: _AllowList | None = None
+
+    def __init__(self, catalog: PluginCatalog) -> None:
+        self.types: dict[str, str] = {}  # canonical key -> schema type
+        self.aliases: dict[str, str] = {}  # alias -> canonical key
+        for plugin in catalog.plugins.values():
+            for key, prop in (plugin.schema.get("properties") or {}).items():
+                if prop.get("x-scope") == "crawl_execution" or not _allowed_plugin_key(key, prop):
+                    continue
+                self.types[key] = str(prop.get("type") or "string")
+                for alias in prop.get("x-aliases") or []:
+                    self.aliases[str(alias)] = key
+        for key in ("TIMEOUT", "USER_AGENT", "CHECK_SSL_VALIDITY", "RESOLUTION", "COOKIES_FILE", "MEDIA_MAX_SIZE"):
+            self.types.setdefault(key, "integer" if key == "TIMEOUT" else "boolean" if "SSL" in key else "string")
+
+    @classmethod
+    def of(cls, catalog: PluginCatalog) -> _AllowList:
+        if cls._instance is None:
+            cls._instance = cls(catalog)
+        return cls._instance
+
+    @classmethod
+    def cached(cls) -> _AllowList | None:
+        if cls._instance is None:
+            from boxcar.shared.plugins import get_catalog
+
+            cls._instance = cls(get_catalog())
+        return cls._instance
+
+    def canonical(self, key: str) -> str | None:
+        """The setting ``key`` names (an alias gives its canonical key), or None if a crawl may
+        not set it."""
+        if key in CRAWL_SETTINGS or key in self.types:
+            return key
+        return self.aliases.get(key)
+
+    def refusal(self, key: str) -> str:
+        upper = key.upper()
+        if re.search(r"_(BINARY|ARGS|ARGS_EXTRA|EXTRA_ARGS|DEFAULT_ARGS)$", upper):
+            return "binaries and their arguments come only from the operator's environment"
+        if re.search(r"(_DIR|_PATH|_FILE|_DB)$", upper) or upper in ("PATH", "HOME"):
+            return "paths come only from the operator's environment"
+        if re.match(r"^(NODE_|PYTHON|LD_|DYLD_|BROWSER$|HTTPS?_PROXY$|ALL_PROXY$|NO_PROXY$)", upper):
+            return "interpreter, loader and proxy variables come only from the operator's environment"
+        return "not a per-crawl setting (enable/disable flags, timeouts, user agent, SSL checks, limits, URL lists)"
+
+    def check(self, key: str, raw: Any, settings: Settings) -> str:
+        """``raw`` as the environment string for ``key``, validated by the key's kind.
+
+        Raises:
+            ConfigError: the value does not fit.
+        """
+        if isinstance(raw, (dict, list)) or raw is None:
+            raise ConfigError(key, "expected a single value (string, number or boolean)")
+        text = str(raw).lower() if isinstance(raw, bool) else str(raw)
+        if any(ch < " " for ch in text) or "{" in text or "}" in text or len(text) > 2048:
+            raise ConfigError(key, "control characters, braces and values over 2048 characters are not allowed")
+        spec = CRAWL_SETTINGS.get(key)
+        kind = spec.kind if spec else _kind(key, self.types.get(key, "string"))
+        if kind == "bool":
+            lowered = text.strip().lower()
+            if lowered not in _BOOL_TRUE + _BOOL_FALSE:
+                raise ConfigError(key, f"expected true or false, got {text[:40]!r}")
+            return "true" if lowered in _BOOL_TRUE else "false"
+        if kind == "int":
+            try:
+                number = int(text.strip())
+            except ValueError:
+                raise ConfigError(key, f"expected a whole number, got {text[:40]!r}") from None
+            low, high = (spec.minimum, spec.maximum) if spec else (1, MAX_TIMEOUT)
+            if not low <= number <= high:
+                raise ConfigError(key, f"must be between {low} and {high}")
+            return str(number)
+        if kind == "regex":
+            try:
+                UrlFilter(text) if key == "URL_ALLOWLIST" else UrlFilter("", text)
+            except ValueError as exc:
+                raise ConfigError(key, str(exc)) from None
+            return text
+        if kind == "resolution" and not _RESOLUTION.match(text.strip()):
+            raise ConfigError(key, f"expected WIDTH,HEIGHT like 1440,2000, got {text[:40]!r}")
+        if kind == "size" and not _SIZE.match(text.strip()):
+            raise ConfigError(key, f"expected a size like 750m, got {text[:40]!r}")
+        if kind == "cookies":
+            return _cookie_file(key, text.strip(), settings)
+        return text
+
+
+def _allowed_plugin_key(key: str, prop: Mapping[str, Any]) -> bool:
+    kind = prop.get("type")
+    if key.endswith("_ENABLED") or key.endswith("CHECK_SSL_VALIDITY"):
+        return kind == "boolean"
+    if key.endswith("_TIMEOUT"):
+        return kind == "integer"
+    if key.endswith("_USER_AGENT") or key.endswith("_RESOLUTION") or key.endswith("_MAX_SIZE"):
+        return kind == "string"
+    return key.endswith("_COOKIES_FILE")
+
+
+def _kind(key: str, schema_type: str) -> str:
+    if schema_type == "boolean":
+        return "bool"
+    if key == "TIMEOUT" or key.endswith("_TIMEOUT"):
+        return "int"
+    if key.endswith("RESOLUTION"):
+        return "resolution"
+    if key.endswith("MAX_SIZE"):
+        return "size"
+    if key.endswith("COOKIES_FILE"):
+        return "cookies"
+    return "text"
+
+
+def _cookie_file(key: str, name: str, settings: Settings) -> str:
+    """A cookies file chosen by name from the operator's ``COOKIES_DIR``; its absolute path."""
+    if not name:
+        return ""
+    directory = settings.cookies_dir
+    if directory is None:
+        raise ConfigError(key, "no COOKIES_DIR is configured on this server")
+    if not _COOKIE_NAME.match(name):
+        raise ConfigError(key, "give the name of a file in COOKIES_DIR, not a path")
+    path = (directory / name).resolve()
+    if path.parent != directory.resolve() or not path.is_file():
+        raise ConfigError(key, f"no cookies file {name!r} in COOKIES_DIR")
+    return str(path)

@@ -1,0 +1,84 @@
+"""A crawl's settings: an allow-list of per-crawl keys, typed, merged once, and the hook
+environment built from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from boxcar.shared.crawlconfig import ConfigError, CrawlConfig
+from boxcar.shared.plugins import get_catalog
+from boxcar.shared.settings import Settings
+
+
+def build(overrides=None, environ=None, **settings) -> CrawlConfig:
+    return CrawlConfig.build(Settings(**settings), get_catalog(), overrides or {}, environ=environ or {})
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("WGET_ARGS_EXTRA", ["--post-file=/etc/passwd"]),
+        ("WGET_ARGS_EXTRA", '["--post-file=/etc/passwd"]'),
+        ("NODE_OPTIONS", "--import=data:text/javascript,1"),
+        ("PYTHONWARNINGS", "ignore"),
+        ("BROWSER", "sh -c id"),
+        ("WGET_BINARY", "/bin/sh"),
+        ("LD_PRELOAD", "/tmp/x.so"),
+        ("PATH", "/tmp"),
+        ("HTTP_PROXY", "http://evil"),
+        ("CHROME_SANDBOX", "false"),
+        ("SNAP_DIR", "/etc"),
+        ("SOMETHING_ELSE", "1"),
+    ],
+)
+def test_keys_that_are_not_per_crawl_settings_are_refused_by_name(key, value):
+    with pytest.raises(ConfigError) as info:
+        build({key: value})
+    assert info.value.key == key
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("WGET_TIMEOUT", "abc", "whole number"),
+        ("TIMEOUT", 0, "between"),
+        ("WGET_ENABLED", "perhaps", "true or false"),
+        ("USER_AGENT", "{TWOCAPTCHA_API_KEY}", "braces"),
+        ("USER_AGENT", "a\nb", "control"),
+        ("CRAWL_MAX_URLS", -1, "between"),
+        ("URL_DENYLIST", "([", "invalid regex"),
+        ("RESOLUTION", "huge", "WIDTH,HEIGHT"),
+        ("MEDIA_MAX_SIZE", "a lot", "size"),
+        ("COOKIES_FILE", "cookies.txt", "COOKIES_DIR"),
+    ],
+)
+def test_ill_typed_values_are_refused_saying_why(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        build({key: value})
+
+
+def test_values_are_typed_aliases_canonical_and_boxcar_settings_explicit():
+    config = build({"SAVE_WARC": False, "WGET_TIMEOUT": 30, "USE_WGET": "yes"}, crawl_max_urls=5)
+    assert config.values["WGET_WARC_ENABLED"] == "false" and config.values["WGET_ENABLED"] == "true"
+    assert config.values["WGET_TIMEOUT"] == "30"
+    assert (config.max_urls, config.only_new) == (5, True)
+
+
+def test_the_environment_s_per_crawl_settings_are_captured_the_rest_left_to_the_machine():
+    config = build(environ={"WGET_TIMEOUT": "99", "WGET_ARGS_EXTRA": '["--x"]', "PATH": "/bin"})
+    assert config.values["WGET_TIMEOUT"] == "99" and "WGET_ARGS_EXTRA" not in config.values
+    machine = {"WGET_TIMEOUT": "5", "WGET_ENABLED": "false", "WGET_ARGS_EXTRA": '["--x"]', "PATH": "/bin"}
+    hook_env = config.plugin_environ(machine)
+    # a per-crawl key comes from the crawl (the planner's value), never from the executor's env
+    assert hook_env["WGET_TIMEOUT"] == "99" and "WGET_ENABLED" not in hook_env
+    assert hook_env["WGET_ARGS_EXTRA"] == '["--x"]' and hook_env["PATH"] == "/bin"
+    assert "CRAWL_MAX_URLS" not in hook_env
+
+
+def test_a_cookies_file_is_chosen_by_name_from_the_operators_directory(tmp_path):
+    (tmp_path / "site.txt").write_text("# Netscape HTTP Cookie File\n")
+    config = build({"COOKIES_FILE": "site.txt"}, cookies_dir=tmp_path)
+    assert config.values["COOKIES_FILE"] == str(tmp_path / "site.txt")
+    for bad in ("../etc/passwd", "/etc/passwd", "missing.txt"):
+        with pytest.raises(ConfigError):
+            build({"COOKIES_FILE": bad}, cookies_dir=tmp_path)
