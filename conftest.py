@@ -95,6 +95,12 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite database in the test's tmp dir (the embedded default)."""
+    return f"sqlite:///{tmp_path / 'index.sqlite3'}"
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request, tmp_path: Path) -> Iterator[str]:
     """Each test using it runs once on SQLite and once on Postgres."""

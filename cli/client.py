@@ -61,9 +61,15 @@ class BoxcarClient:
     def crawl(self, crawl_id: str) -> dict[str, Any]:
         return self._call("GET", f"/api/v1/crawls/{crawl_id}")
 
-    def import_file(self, data: bytes, filename: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Upload an export to ``POST /api/v1/imports`` (format detected from content by the server)."""
-        return self._call("POST", "/api/v1/imports", params=params, files={"file": (filename, data)})
+    def import_files(self, files: list[tuple[bytes, str]], params: dict[str, Any]) -> dict[str, Any]:
+        """Upload exports (``[(content, file name)]``) to ``POST /api/v1/imports``: one crawl of all
+        of them (formats detected from content by the server)."""
+        return self._call(
+            "POST", "/api/v1/imports", params=params, files=[("file", (name, data)) for data, name in files]
+        )
+
+    def control_crawl(self, crawl_id: str, action: str) -> dict[str, Any]:
+        return self._call("POST", f"/api/v1/crawls/{crawl_id}/{action}")
 
     def snapshots(self, crawl_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         return self._call("GET", "/api/v1/snapshots", params={"crawl_id": crawl_id, "limit": limit})["items"]
@@ -119,7 +125,7 @@ class BoxcarClient:
                     ),
                 )
                 if state["status"] == "sealed" and not state.get("results_pending"):
-                    return state
+                    return state  # sealed, and every captured snapshot's index.jsonl written
                 if timeout is not None and time.monotonic() - started > timeout:
                     raise TimeoutError(f"crawl {crawl_id} not sealed after {timeout:.0f}s (status {state['status']})")
                 if on_tick is not None:

@@ -33,11 +33,11 @@ def split_args(args: list[str]) -> tuple[list[str], list[Path]]:
     return urls, files
 
 
-def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
-    """Parse a file with the importers (format detected from its content, not its name).
+def read_file(path: Path) -> bytes:
+    """A file's bytes, checked to be text (the server parses it).
 
     Raises:
-        InputFileError: unreadable, unknown ``format``, or no URL found.
+        InputFileError: unreadable, or a binary file.
     """
     try:
         data = path.read_bytes()
@@ -45,6 +45,16 @@ def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
         raise InputFileError(f"{path}: {exc.strerror}") from None
     if importers.looks_binary(data):
         raise InputFileError(f"{path}: a binary file, not a list of URLs or an export")
+    return data
+
+
+def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
+    """Parse a file with the importers, for ``--dry-run`` only (format detected from its content).
+
+    Raises:
+        InputFileError: unreadable, binary, unknown ``format``, or no URL found.
+    """
+    data = read_file(path)
     try:
         result = importers.parse(data, format)
     except importers.UnknownFormat:
@@ -62,16 +72,6 @@ def entry_json(entry: importers.Entry) -> dict:
         "tags": list(entry.tags),
         "bookmarked_at": entry.bookmarked_at.isoformat() if entry.bookmarked_at else None,
     }
-
-
-def seed_json(entry: importers.Entry) -> dict:
-    """An entry as a seed object of ``POST /api/v1/crawls``."""
-    seed = {"url": entry.url, "tags": list(entry.tags)}
-    if entry.title:
-        seed["title"] = entry.title
-    if entry.bookmarked_at:
-        seed["bookmarked_at"] = entry.bookmarked_at.isoformat()
-    return seed
 
 
 def rejected_json(rejected: importers.Rejected) -> dict:

@@ -22,10 +22,11 @@ from rich.console import Console
 from rich.table import Table
 
 from boxcar.cli.client import ApiError, BoxcarClient
-from boxcar.cli.inputs import InputFileError, entry_json, parse_file, rejected_json, seed_json, split_args
+from boxcar.cli.inputs import InputFileError, entry_json, parse_file, read_file, rejected_json, split_args
 from boxcar.cli.stack import EmbeddedStack, StackError, local_token, running_stack
+from boxcar.shared.messages import Seed
 from boxcar.shared.settings import Settings
-from boxcar.shared.urls import InvalidURL, canonicalize
+from boxcar.shared.urls import InvalidURL
 
 err = Console(stderr=True)
 
@@ -100,7 +101,11 @@ def summary(state: dict, data_dir: Path) -> dict:
     return {
         "crawl_id": state["id"],
         "status": state["status"],
+        "cancelled": state.get("cancelled", False),
+        "error": state.get("error", ""),
         "snapshots": {"total": state["snapshots"]["total"], "sealed": state["snapshots"]["sealed"]},
+        "http_errors": state.get("http_errors", 0),
+        "network_errors": state.get("network_errors", 0),
         "results": {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")},
         "data_dir": str(data_dir),
     }
@@ -179,15 +184,19 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
     settings = _settings(data_dir)
     try:
         urls, files = split_args(list(inputs))
-        parsed = {path: parse_file(path, format_) for path in files}
+        uploads = [(read_file(path), path.name) for path in files]
     except InputFileError as exc:
         fail(str(exc), 2)
     for url in urls:  # say so now rather than after starting a stack
         try:
-            canonicalize(url)
+            Seed.parse(url)
         except InvalidURL as exc:
             fail(f"{url}: {exc.reason}", 2)
-    if dry_run:
+    if dry_run:  # the only time the CLI parses files itself: nothing is sent anywhere
+        try:
+            parsed = {path: parse_file(path, format_) for path in files}
+        except InputFileError as exc:
+            fail(str(exc), 2)
         formats = {r.format for r in parsed.values()} | ({"url"} if urls else set())
         entries = [{"url": u, "title": None, "tags": [], "bookmarked_at": None} for u in urls]
         entries += [entry_json(e) for r in parsed.values() for e in r.entries]
@@ -203,13 +212,15 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
     plugin_list = [p.strip() for p in plugins.split(",") if p.strip()]
     with api_for(settings, api, token) as (client, stack):
         try:
-            if len(files) == 1 and not urls:
+            if files:  # every file to the imports API (parsed once, on the server); URLs ride along
                 params = {"max_depth": depth, "tags": ",".join(tags), "plugins": ",".join(plugin_list)}
                 if format_:
                     params["format"] = format_
                 if only_new is not None:
                     params["only_new"] = str(only_new).lower()
-                imported = client.import_file(files[0].read_bytes(), files[0].name, params)
+                if urls:
+                    uploads.append(("\n".join(urls).encode(), "urls.txt"))
+                imported = client.import_files(uploads, params)
                 counts = imported["counts"]
                 crawl_id = imported["crawl_id"]
                 err.print(
@@ -220,8 +231,7 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
                 for r in imported["rejected"][:10]:
                     err.print(f"  [yellow]{r['where']}[/]: {r['reason']} ({r['value'][:80]})")
             else:
-                seeds = urls + [seed_json(e) for r in parsed.values() for e in r.entries]
-                payload = {"urls": seeds, "tags": list(tags), "max_depth": depth, "plugins": plugin_list}
+                payload = {"urls": urls, "tags": list(tags), "max_depth": depth, "plugins": plugin_list}
                 if only_new is not None:
                     payload["only_new"] = only_new
                 created = client.create_crawl(payload)
@@ -252,12 +262,16 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
         if len(empty) > 10:
             err.print(f"[yellow]… and {len(empty) - 10} more snapshots with nothing archived[/]")
         r = result["results"]
+        how = "[bold yellow]cancelled[/]" if result["cancelled"] else "[bold red]given up[/]" if result["error"] else ""
         err.print(
-            f"[bold green]sealed[/]: {result['snapshots']['sealed']} snapshot(s); results "
+            f"{how or '[bold green]sealed[/]'}: {result['snapshots']['sealed']} snapshot(s)"
+            f" ({result['http_errors']} answered 4xx/5xx, {result['network_errors']} unreachable); results "
             f"{r['succeeded']} succeeded, {r['failed']} failed, {r['noresults']} no results, "
             f"{r['skipped']} skipped.  `boxcar list --crawl {crawl_id}` shows them; "
             f"files under {settings.data_dir}/archive"
         )
+        if result["error"]:
+            err.print(f"[red]crawl given up:[/] {result['error']}")
 
 
 @cli.command("list")
@@ -291,6 +305,9 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
                         "url": snap.url,
                         "title": snap.title,
                         "status": snap.status,
+                        "http_status": snap.http_status,
+                        "final_url": snap.final_url,
+                        "network_error": snap.network_error,
                         "depth": snap.depth,
                         "parent_snapshot_id": snap.parent_snapshot_id,
                         "output_dir": str(settings.data_dir / snap.output_dir),
@@ -308,10 +325,13 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
                 )
             )
         return
-    table = Table("status", "depth", "url", "title", "results")
+    table = Table("status", "http", "depth", "url", "title", "results")
     for snap in page.items:
         ok = sum(r.status == "succeeded" for r in snap.results)
-        table.add_row(snap.status, str(snap.depth), snap.url, snap.title or "", f"{ok}/{len(snap.results)} ok")
+        http = str(snap.http_status or "") or ("[red]unreachable[/]" if snap.network_error else "")
+        if snap.http_status and snap.http_status >= 400:
+            http = f"[red]{snap.http_status}[/]"
+        table.add_row(snap.status, http, str(snap.depth), snap.url, snap.title or "", f"{ok}/{len(snap.results)} ok")
     Console().print(table)
     if page.total > len(page.items):
         err.print(f"{len(page.items)} of {page.total} shown (--limit)")
@@ -369,7 +389,8 @@ def token() -> None:
 @token.command("create")
 @common_options
 @click.option("--name", default="", help="What the token is for")
-def token_create(data_dir, name) -> None:
+@click.option("--read-only", is_flag=True, help="Only GET endpoints (lists, status, search)")
+def token_create(data_dir, name, read_only) -> None:
     """Create an API token and print it (use it as `Authorization: Bearer <token>`)."""
     from boxcar.ingest.auth import create_token
     from boxcar.shared.db import Database
@@ -377,8 +398,46 @@ def token_create(data_dir, name) -> None:
     settings = _settings(data_dir)
     db = Database(settings.sqlalchemy_url)
     db.upgrade()
-    click.echo(create_token(db, name))
+    click.echo(create_token(db, name, scope="read" if read_only else "write"))
     err.print("[dim]store it now: only its hash is kept[/]")
+
+
+@cli.group()
+def crawl() -> None:
+    """Pause, resume or cancel a crawl (needs a running stack: `boxcar up`)."""
+
+
+def _crawl_control(action: str):
+    @common_options
+    @click.argument("crawl_id")
+    @click.option("--api", default=None)
+    @click.option("--token", default=None)
+    @click.option("--wait", is_flag=True, help="Wait until the crawl is sealed (cancel)")
+    def command(data_dir, crawl_id, api, token, wait) -> None:
+        settings = _settings(data_dir)
+        client = _running_client(settings, api, token)
+        try:
+            client.control_crawl(crawl_id, action)
+        except ApiError as exc:
+            fail(str(exc), 2)
+        err.print(f"{action} of crawl {crawl_id} requested")
+        if wait:
+            try:
+                state = client.wait(crawl_id, console=err)
+            except ApiError as exc:
+                fail(str(exc), 2)
+            err.print(f"crawl {crawl_id}: {state['status']}")
+
+    command.__doc__ = {
+        "pause": "Pause a crawl: no new snapshot starts; those in flight finish.",
+        "resume": "Resume a paused crawl.",
+        "cancel": "Cancel a crawl: its running hooks are killed, unfinished ones recorded skipped, and it is sealed.",
+    }[action]
+    return command
+
+
+for _action in ("pause", "resume", "cancel"):
+    crawl.command(_action)(_crawl_control(_action))
 
 
 @cli.group()

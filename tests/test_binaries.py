@@ -1,4 +1,5 @@
-"""A binary that cannot be had fails that hook's ArchiveResult with the binary named; the rest run."""
+"""A binary that cannot be had skips that hook's ArchiveResult with the binary named; the rest run.
+Which binary a hook uses is the operator's choice (the environment), never a crawl's config."""
 
 from __future__ import annotations
 
@@ -9,19 +10,14 @@ from boxcar.shared.db.models import Binary
 from tests.helpers import load_crawl, submit, wait_sealed
 
 
-def test_missing_binary_fails_its_hook_and_names_it(pg_url, nats_url, make_stack, demo_site):
-    stack = make_stack(pg_url, nats_url)
-    crawl_id = submit(
-        stack,
-        urls=[demo_site],
-        plugins=["wget", "htmltotext"],
-        config={"WGET_BINARY": "wget-that-does-not-exist"},
-    )
+def test_missing_binary_skips_its_hook_and_names_it(pg_url, nats_url, make_stack, demo_site):
+    stack = make_stack(pg_url, nats_url, env={"WGET_BINARY": "wget-that-does-not-exist"})
+    crawl_id = submit(stack, urls=[demo_site], plugins=["wget", "htmltotext"])
     state = wait_sealed(stack, crawl_id, timeout=300)
     assert state["snapshots"]["sealed"] == 1
     _, _, results = load_crawl(Database(pg_url), crawl_id)
     by_plugin = {r.plugin: r for r in results}
-    assert by_plugin["wget"].status == "failed"
+    assert by_plugin["wget"].status == "skipped"
     assert "wget-that-does-not-exist" in by_plugin["wget"].notes and "not found" in by_plugin["wget"].notes
     assert by_plugin["htmltotext"].status in ("noresults", "failed", "skipped")  # nothing to read; it still ran
     assert by_plugin["htmltotext"].process_id  # a real process, unlike the wget hook that never started

@@ -54,7 +54,7 @@ def test_bad_input_is_a_clear_error(tmp_path, lib_dir):
     empty = tmp_path / "empty.txt"
     empty.write_text("nothing to see here\n")
     done = run_boxcar("add", str(empty), data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=60)
-    assert done.returncode == 2 and "no http(s) URL found" in done.stderr
+    assert done.returncode == 2 and "no URLs found (format tried: text)" in done.stderr  # the server parses files
     done = run_boxcar("add", "ftp://example.com/file", data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=120)
     assert done.returncode == 2 and "ftp://example.com/file: unsupported scheme 'ftp'" in done.stderr
     assert "starting" not in done.stderr  # refused before any stack was started

@@ -30,7 +30,7 @@ EXPECTED = {
     "headers": {"succeeded"},
     "redirects": {"succeeded"},
     "seo": {"succeeded"},
-    "staticfile": {"noresults"},  # an HTML page is not a static file
+    "staticfile": {"skipped"},  # an HTML page is not a static file: the plugin does not apply
     "parse_dom_outlinks": {"succeeded", "noresults"},
 }
 EXPECTED_BY_HOOK = {
@@ -76,6 +76,10 @@ def test_archives_real_pages_through_all_services(db_url, nats_url, make_stack, 
         assert lines[0]["tags"] == ["e2e"]
         assert {(r["plugin"], r["hook_name"]) for r in lines[1:]} == hooks
         assert all(r["type"] == "ArchiveResult" for r in lines[1:])
+        # the index is a projection of the rows: the same results, the same statuses
+        rows = {(r.plugin, r.hook_name): r for r in results if r.snapshot_id == snap.id}
+        assert {(r["plugin"], r["hook_name"]): r["status"] for r in lines[1:]} == {k: r.status for k, r in rows.items()}
+        assert lines[0]["http_status"] == snap.http_status == 200
 
 
 def test_depth_one_crawl_archives_linked_pages(db_url, nats_url, make_stack, demo_site):

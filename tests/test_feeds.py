@@ -115,7 +115,7 @@ def test_repolling_archives_only_new_items(pg_url, nats_url, make_stack, feed_se
         assert by_url[url].title == title
         assert by_url[url].bookmarked_at == published
     first, second = crawls()
-    assert len(first.seeds) == 5 and len(second.seeds) == 3
+    assert first.seed_count == 5 and second.seed_count == 3
     state = client.get(f"/api/v1/feeds/{feed_id}").json()
     assert state["items_seen"] == 8 and state["crawls"] == 2 and state["failures"] == 0 and state["last_error"] == ""
     tags = client.get("/api/v1/snapshots", params={"crawl_id": first.id}).json()["items"][0]["tags"]

@@ -1,14 +1,48 @@
 """Every claim and transition the crawl-runner makes, in one place, with its guards in view.
 
 Each function runs inside a transaction the caller opened (``Database.write()``) and changes a
-row only through a conditional UPDATE whose ``WHERE`` names the state it expects
-(``status``, ``stage`` and/or the ``retry_at`` lease it read), checking the row count. A future
-``retry_at`` is a lease owned by one runner and is never stolen; an expired one may be claimed by
-any replica (``reference/archivebox-0.9.md`` §1.4, ``claim_for_worker``).
+row only through a conditional UPDATE whose ``WHERE`` names the state it expects (``status``,
+``stage``, ``seeded`` and/or the ``retry_at`` lease it read), checking the row count
+(``_one``). A future ``retry_at`` is a lease owned by one runner and is never stolen; an expired
+one may be claimed by any replica (``reference/archivebox-0.9.md`` §1.4, ``claim_for_worker``).
+
+The legal transitions (ArchiveBox's lifecycle; ``sealed`` is final):
+
+==========  =======================  =======================  ==================================
+row         from                     to                       function (guard)
+==========  =======================  =======================  ==================================
+Crawl       queued                   started                  ``claim_queued_crawl`` (retry_at)
+Crawl       started                  started, next seeds      ``record_seeded`` (seeded)
+Crawl       started                  started, new lease       ``claim_started_crawl`` (retry_at)
+Crawl       started                  sealed                   ``seal_crawl_if_done`` (no open
+                                                              snapshot, every seed inserted)
+Crawl       queued, started          paused                   ``pause_crawl``
+Crawl       paused                   started or queued        ``resume_crawl``
+Crawl       queued, started, paused  started + cancelled_at   ``cancel_crawl`` (not cancelled)
+Crawl       queued, started, paused  started + error          ``fail_crawl`` (not given up yet)
+Snapshot    queued                   started (stage 1)        ``claim_queued_snapshots``
+                                                              (retry_at ≤ now, in a batch)
+Snapshot    started                  started, new lease       ``claim_started_snapshot`` (retry_at)
+Snapshot    started at N             started at M             ``move_to_stage`` (stage)
+Snapshot    started at N             queued, later            ``requeue_snapshot`` (stage)
+Snapshot    started at N             sealed                   ``seal_snapshot`` (stage)
+Snapshot    queued, paused           sealed                   ``seal_unstarted_snapshots``
+                                                              (crawl stopped)
+Schedule    queued                   started                  ``claim_schedule`` (retry_at)
+Schedule    started                  queued, next poll        ``finish_schedule_poll`` (lease)
+Schedule    queued, started          paused                   ``pause_schedule``
+Schedule    paused                   queued                   ``resume_schedule``
+Task        planned                  dispatched               ``mark_dispatched``
+Task        planned, dispatched      succeeded, failed,       ``complete_task``
+                                     cancelled
+==========  =======================  =======================  ==================================
 
 Lock order inside one transaction is always snapshot row, then crawl row, so two replicas
 finishing sibling snapshots can't deadlock; on Postgres the first UPDATE on a row takes its lock
-and later statements in the transaction see what the previous holder committed.
+and later statements in the transaction see what the previous holder committed. Claims of due
+snapshots are one ``UPDATE … WHERE id IN (SELECT … LIMIT n [FOR UPDATE SKIP LOCKED])
+RETURNING`` (procrastinate's ``procrastinate_fetch_job``): replicas never wait on each other's
+candidates on Postgres, and SQLite serializes writers anyway.
 """
 
 from __future__ import annotations
@@ -16,40 +50,54 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Update, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from boxcar.shared.db import insert_for
 from boxcar.shared.db.models import (
-    FINALIZE_STAGE,
     OPEN_STATUSES,
-    PAUSED,
-    QUEUED,
-    SEALED,
-    STARTED,
-    TASK_DISPATCHED,
-    TASK_OPEN,
-    TASK_PLANNED,
+    ArchiveResult,
     Crawl,
     CrawlSchedule,
+    CrawlSeed,
     FeedItem,
     Snapshot,
     SnapshotTag,
     SnapshotTask,
+    Status,
     Tag,
+    TaskStatus,
     url_hash,
 )
 from boxcar.shared.ids import new_id
+from boxcar.shared.messages import Seed
 from boxcar.shared.storage import snapshot_dir
+
+#: Rows per INSERT or IN (...) list: Postgres caps one statement at 65,535 parameters.
+BATCH = 500
+
+QUEUED, STARTED, PAUSED, SEALED = Status.QUEUED, Status.STARTED, Status.PAUSED, Status.SEALED
+TASK_OPEN = (TaskStatus.PLANNED, TaskStatus.DISPATCHED)
+
+
+def _one(s: Session, stmt: Update) -> bool:
+    """Run a conditional UPDATE; True when it changed exactly one row (the guard held)."""
+    return s.execute(stmt).rowcount == 1
+
+
+def _chunks[T](items: Sequence[T], size: int = BATCH) -> Iterable[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
 
 # --------------------------------------------------------------------------- crawls
 
 
-def due_crawls(s: Session, now: datetime, limit: int = 50) -> list[tuple[str, str, datetime]]:
-    """Queued or started crawls whose ``retry_at`` has passed: ``[(id, status, retry_at)]``."""
+def due_crawls(s: Session, now: datetime, status: Status, limit: int = 50) -> list[tuple[str, datetime]]:
+    """Crawls in ``status`` whose ``retry_at`` has passed, oldest first: ``[(id, retry_at)]``."""
     rows = s.execute(
-        select(Crawl.id, Crawl.status, Crawl.retry_at)
-        .where(Crawl.status.in_((QUEUED, STARTED)), Crawl.retry_at <= now)
+        select(Crawl.id, Crawl.retry_at)
+        .where(Crawl.status == status, Crawl.retry_at <= now)
         .order_by(Crawl.retry_at)
         .limit(limit)
     )
@@ -60,36 +108,69 @@ def claim_queued_crawl(
     s: Session, crawl_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta
 ) -> Crawl | None:
     """``queued → started`` with a lease; None when another runner got there first."""
-    claimed = s.execute(
+    claimed = _one(
+        s,
         update(Crawl)
         .where(Crawl.id == crawl_id, Crawl.status == QUEUED, Crawl.retry_at == seen_retry_at)
-        .values(status=STARTED, retry_at=now + lease, modified_at=now)
-    ).rowcount
-    return s.get(Crawl, crawl_id, populate_existing=True) if claimed == 1 else None
+        .values(status=STARTED, retry_at=now + lease, modified_at=now),
+    )
+    return s.get(Crawl, crawl_id, populate_existing=True) if claimed else None
 
 
 def claim_started_crawl(s: Session, crawl_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta) -> bool:
     """Extend the lease of a due started crawl (its periodic seal check); False if not ours."""
-    return (
-        s.execute(
-            update(Crawl)
-            .where(Crawl.id == crawl_id, Crawl.status == STARTED, Crawl.retry_at == seen_retry_at)
-            .values(retry_at=now + lease, modified_at=now)
-        ).rowcount
-        == 1
+    return _one(
+        s,
+        update(Crawl)
+        .where(Crawl.id == crawl_id, Crawl.status == STARTED, Crawl.retry_at == seen_retry_at)
+        .values(retry_at=now + lease, modified_at=now),
+    )
+
+
+def unseeded_crawls(s: Session, limit: int = 20) -> list[tuple[str, int]]:
+    """Started crawls with seeds not yet inserted as snapshots: ``[(id, seeded)]``."""
+    rows = s.execute(
+        select(Crawl.id, Crawl.seeded)
+        .where(
+            Crawl.status == STARTED, Crawl.seeded < Crawl.seed_count, Crawl.cancelled_at.is_(None), Crawl.error == ""
+        )
+        .order_by(Crawl.created_at)
+        .limit(limit)
+    )
+    return [tuple(r) for r in rows]
+
+
+def seeds_from(s: Session, crawl_id: str, position: int, limit: int) -> list[Seed]:
+    """The crawl's seeds from ``position`` on, at most ``limit``."""
+    rows = s.scalars(
+        select(CrawlSeed)
+        .where(CrawlSeed.crawl_id == crawl_id, CrawlSeed.position >= position)
+        .order_by(CrawlSeed.position)
+        .limit(limit)
+    )
+    return [row.seed() for row in rows]
+
+
+def record_seeded(s: Session, crawl_id: str, seen_seeded: int, seeded: int, now: datetime) -> bool:
+    """Advance the crawl's seed cursor from ``seen_seeded``; False if another runner did."""
+    return _one(
+        s,
+        update(Crawl)
+        .where(Crawl.id == crawl_id, Crawl.status == STARTED, Crawl.seeded == seen_seeded)
+        .values(seeded=seeded, modified_at=now),
     )
 
 
 def seal_crawl_if_done(s: Session, crawl_id: str, now: datetime) -> bool:
-    """Seal a started crawl that has no open snapshot left. Returns True when it sealed it.
+    """Seal a started crawl with every seed inserted and no open snapshot left; True when sealed.
 
     Takes the crawl row's lock first, so of two replicas sealing the last two snapshots at once
     the second sees the first's commit and one of them seals the crawl.
     """
-    locked = s.execute(
-        update(Crawl).where(Crawl.id == crawl_id, Crawl.status == STARTED).values(modified_at=now)
-    ).rowcount
-    if locked != 1:
+    if not _one(s, update(Crawl).where(Crawl.id == crawl_id, Crawl.status == STARTED).values(modified_at=now)):
+        return False
+    crawl = s.get(Crawl, crawl_id, populate_existing=True)
+    if crawl.seeded < crawl.seed_count and crawl.cancelled_at is None and not crawl.error:
         return False
     open_snapshots = s.scalar(
         select(func.count())
@@ -98,90 +179,137 @@ def seal_crawl_if_done(s: Session, crawl_id: str, now: datetime) -> bool:
     )
     if open_snapshots:
         return False
-    return (
-        s.execute(
-            update(Crawl)
-            .where(Crawl.id == crawl_id, Crawl.status == STARTED)
-            .values(status=SEALED, retry_at=None, modified_at=now)
-        ).rowcount
-        == 1
+    return _one(
+        s,
+        update(Crawl)
+        .where(Crawl.id == crawl_id, Crawl.status == STARTED)
+        .values(status=SEALED, retry_at=None, modified_at=now),
+    )
+
+
+def pause_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
+    """``queued|started → paused``: no new snapshot starts; those in flight finish their stages."""
+    return _one(
+        s,
+        update(Crawl)
+        .where(Crawl.id == crawl_id, Crawl.status.in_((QUEUED, STARTED)), Crawl.cancelled_at.is_(None))
+        .values(status=PAUSED, retry_at=None, modified_at=now),
+    )
+
+
+def resume_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
+    """``paused → started`` (or ``queued`` when it never seeded), due now."""
+    crawl = s.get(Crawl, crawl_id)
+    return crawl is not None and _one(
+        s,
+        update(Crawl)
+        .where(Crawl.id == crawl_id, Crawl.status == PAUSED)
+        .values(status=STARTED if crawl.seeded else QUEUED, retry_at=now, modified_at=now),
+    )
+
+
+def cancel_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
+    """Mark a crawl cancelled (``started``, due now): nothing of it is dispatched any more; the
+    runner then seals its snapshots (``stop_crawl`` in the runner) and, once none is open, it."""
+    return _one(
+        s,
+        update(Crawl)
+        .where(Crawl.id == crawl_id, Crawl.status.in_(OPEN_STATUSES), Crawl.cancelled_at.is_(None))
+        .values(status=STARTED, cancelled_at=now, retry_at=now, modified_at=now),
+    )
+
+
+def fail_crawl(s: Session, crawl_id: str, error: str, now: datetime) -> bool:
+    """Give a crawl up with ``error`` (a step kept failing); it is then stopped like a cancel."""
+    return _one(
+        s,
+        update(Crawl)
+        .where(Crawl.id == crawl_id, Crawl.status.in_(OPEN_STATUSES), Crawl.error == "")
+        .values(status=STARTED, error=error[:2000] or "failed", retry_at=now, modified_at=now),
+    )
+
+
+def stopped_crawls_with_open_snapshots(s: Session, limit: int = 20) -> list[str]:
+    """Cancelled or failed crawls that still have open snapshots (the stop is not finished)."""
+    return list(
+        s.scalars(
+            select(Crawl.id)
+            .where(
+                Crawl.status == STARTED,
+                or_(Crawl.cancelled_at.is_not(None), Crawl.error != ""),
+                select(Snapshot.id).where(Snapshot.crawl_id == Crawl.id, Snapshot.status.in_(OPEN_STATUSES)).exists(),
+            )
+            .limit(limit)
+        )
     )
 
 
 # --------------------------------------------------------------------------- snapshots
 
 
-class NewSnapshot:
-    """A snapshot to create: canonical URL plus what its source said about it."""
-
-    __slots__ = ("url", "title", "tags", "bookmarked_at")
-
-    def __init__(
-        self, url: str, title: str | None = None, tags: Iterable[str] = (), bookmarked_at: datetime | None = None
-    ) -> None:
-        self.url = url
-        self.title = title
-        self.tags = [t for t in tags if t]
-        self.bookmarked_at = bookmarked_at
-
-
 def insert_snapshots(
     s: Session,
     crawl: Crawl,
-    items: Sequence[NewSnapshot],
+    seeds: Sequence[Seed],
     *,
     depth: int,
     parent_id: str | None,
     now: datetime,
-    user: str,
     max_urls: int = 0,
-) -> list[str]:
-    """Create queued snapshots, skipping URLs the crawl already has (``UNIQUE(crawl_id, url)``).
+) -> tuple[list[str], int]:
+    """Create queued snapshots, skipping URLs the crawl already has (``UNIQUE(crawl_id, url)``),
+    in statements of ``BATCH`` rows.
 
     Args:
         max_urls: cap on the crawl's total snapshot count (``CRAWL_MAX_URLS``), 0 = none.
 
     Returns:
-        Ids of the snapshots actually created.
+        ``(ids created, seeds left out by max_urls)``.
     """
-    if not items:
-        return []
+    if not seeds:
+        return [], 0
+    over = 0
     if max_urls > 0:
         existing = s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.crawl_id == crawl.id))
-        items = items[: max(0, max_urls - existing)]
-        if not items:
-            return []
+        room = max(0, max_urls - existing)
+        over = max(0, len(seeds) - room)
+        seeds = seeds[:room]
     crawl_tags = [t.strip() for t in crawl.tags_str.split(",") if t.strip()]
-    rows, tags_by_id = [], {}
-    for item in items:
-        sid = new_id()
-        bookmarked = item.bookmarked_at or now
-        rows.append(
-            {
-                "id": sid,
-                "crawl_id": crawl.id,
-                "url": item.url,
-                "url_hash": url_hash(item.url),
-                "depth": depth,
-                "parent_snapshot_id": parent_id,
-                "title": item.title,
-                "bookmarked_at": bookmarked,
-                "created_at": now,
-                "modified_at": now,
-                "status": QUEUED,
-                "retry_at": now,
-                "stage": 0,
-                "output_size": 0,
-                "config": {},
-                "output_dir": snapshot_dir(user, bookmarked, item.url, sid),
-            }
-        )
-        tags_by_id[sid] = list(dict.fromkeys(crawl_tags + item.tags))
     insert = insert_for(s)
-    s.execute(insert(Snapshot).values(rows).on_conflict_do_nothing(index_elements=["crawl_id", "url_hash"]))
-    created = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(list(tags_by_id)))))
-    attach_tags(s, {sid: tags_by_id[sid] for sid in created})
-    return created
+    created: list[str] = []
+    for chunk in _chunks(seeds):
+        rows, tags_by_id = [], {}
+        for seed in chunk:
+            sid = new_id()
+            bookmarked = seed.bookmarked_at or now
+            rows.append(
+                {
+                    "id": sid,
+                    "crawl_id": crawl.id,
+                    "url": seed.url,
+                    "url_hash": url_hash(seed.url),
+                    "depth": depth,
+                    "parent_snapshot_id": parent_id,
+                    "title": seed.title,
+                    "bookmarked_at": bookmarked,
+                    "created_at": now,
+                    "modified_at": now,
+                    "status": QUEUED,
+                    "retry_at": now,
+                    "stage": 0,
+                    "output_size": 0,
+                    "config": {},
+                    "attempts": 0,
+                    "credentials": seed.credentials,
+                    "output_dir": snapshot_dir(crawl.created_by, bookmarked, seed.url, sid),
+                }
+            )
+            tags_by_id[sid] = list(dict.fromkeys(crawl_tags + list(seed.tags)))
+        s.execute(insert(Snapshot).values(rows).on_conflict_do_nothing(index_elements=["crawl_id", "url_hash"]))
+        made = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(list(tags_by_id)))))
+        attach_tags(s, {sid: tags_by_id[sid] for sid in made})
+        created.extend(made)
+    return created, over
 
 
 def attach_tags(s: Session, tags_by_snapshot: dict[str, list[str]]) -> None:
@@ -190,63 +318,88 @@ def attach_tags(s: Session, tags_by_snapshot: dict[str, list[str]]) -> None:
     if not names:
         return
     insert = insert_for(s)
-    s.execute(insert(Tag).values([{"name": n} for n in names]).on_conflict_do_nothing(index_elements=["name"]))
-    ids = dict(s.execute(select(Tag.name, Tag.id).where(Tag.name.in_(names))).all())
+    ids: dict[str, int] = {}
+    for chunk in _chunks(names):
+        s.execute(insert(Tag).values([{"name": n} for n in chunk]).on_conflict_do_nothing(index_elements=["name"]))
+        ids.update(s.execute(select(Tag.name, Tag.id).where(Tag.name.in_(chunk))).all())
     links = [
         {"snapshot_id": sid, "tag_id": ids[n[:100]]}
         for sid, tag_names in tags_by_snapshot.items()
         for n in tag_names
         if n
     ]
-    if links:
-        s.execute(insert(SnapshotTag).values(links).on_conflict_do_nothing())
+    for chunk in _chunks(links):
+        s.execute(insert(SnapshotTag).values(list(chunk)).on_conflict_do_nothing())
 
 
-def due_queued_snapshots(s: Session, now: datetime, limit: int) -> list[tuple[str, str, datetime]]:
-    """Queued snapshots of started crawls that are due, shallowest first: ``[(id, crawl_id, retry_at)]``."""
-    rows = s.execute(
-        select(Snapshot.id, Snapshot.crawl_id, Snapshot.retry_at)
-        .join(Crawl, Crawl.id == Snapshot.crawl_id)
-        .where(Snapshot.status == QUEUED, Snapshot.retry_at <= now, Crawl.status == STARTED)
+def crawls_with_due_snapshots(s: Session, now: datetime, limit: int = 100) -> list[str]:
+    """Started, running crawls that have a due queued snapshot, least recently served first
+    (a small crawl behind a huge one starts at once: every crawl gets its turn each pass)."""
+    due = (
+        select(Snapshot.id)
+        .where(Snapshot.crawl_id == Crawl.id, Snapshot.status == QUEUED, Snapshot.retry_at <= now)
+        .exists()
+    )
+    return list(
+        s.scalars(
+            select(Crawl.id)
+            .where(Crawl.status == STARTED, Crawl.cancelled_at.is_(None), Crawl.error == "", due)
+            .order_by(Crawl.modified_at)
+            .limit(limit)
+        )
+    )
+
+
+def started_count(s: Session, crawl_id: str) -> int:
+    """Snapshots of the crawl in flight (for ``CRAWL_MAX_CONCURRENT_SNAPSHOTS``)."""
+    return s.scalar(
+        select(func.count()).select_from(Snapshot).where(Snapshot.crawl_id == crawl_id, Snapshot.status == STARTED)
+    )
+
+
+def claim_queued_snapshots(
+    s: Session, crawl_id: str, n: int, now: datetime, lease: timedelta, first_stage: int
+) -> list[Snapshot]:
+    """``queued → started`` at ``first_stage`` for up to ``n`` due snapshots of a crawl,
+    shallowest and oldest first, each with a lease and one more attempt."""
+    if n <= 0:
+        return []
+    candidates = (
+        select(Snapshot.id)
+        .where(Snapshot.crawl_id == crawl_id, Snapshot.status == QUEUED, Snapshot.retry_at <= now)
         .order_by(Snapshot.depth, Snapshot.created_at)
-        .limit(limit)
+        .limit(n)
     )
-    return [tuple(r) for r in rows]
-
-
-def started_counts(s: Session, crawl_ids: Iterable[str]) -> dict[str, int]:
-    """Number of started snapshots per crawl (for ``CRAWL_MAX_CONCURRENT_SNAPSHOTS``)."""
-    ids = list(set(crawl_ids))
-    if not ids:
-        return {}
-    rows = s.execute(
-        select(Snapshot.crawl_id, func.count())
-        .where(Snapshot.crawl_id.in_(ids), Snapshot.status == STARTED)
-        .group_by(Snapshot.crawl_id)
-    )
-    return dict(rows.all())
-
-
-def claim_queued_snapshot(
-    s: Session, snapshot_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta, first_stage: int
-) -> Snapshot | None:
-    """``queued → started`` at ``first_stage`` with a lease; None when not ours to take."""
-    claimed = s.execute(
+    if s.get_bind().dialect.name == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    stmt = (
         update(Snapshot)
-        .where(Snapshot.id == snapshot_id, Snapshot.status == QUEUED, Snapshot.retry_at == seen_retry_at)
-        .values(status=STARTED, stage=first_stage, retry_at=now + lease, modified_at=now)
-    ).rowcount
-    return s.get(Snapshot, snapshot_id, populate_existing=True) if claimed == 1 else None
+        .where(Snapshot.id.in_(candidates.scalar_subquery()), Snapshot.status == QUEUED)
+        .values(
+            status=STARTED,
+            stage=first_stage,
+            retry_at=now + lease,
+            modified_at=now,
+            attempts=Snapshot.attempts + 1,
+        )
+        .returning(Snapshot.id)
+    )
+    ids = list(s.scalars(stmt))
+    if not ids:
+        return []
+    s.execute(update(Crawl).where(Crawl.id == crawl_id).values(modified_at=now))  # its turn was taken
+    return list(s.scalars(select(Snapshot).where(Snapshot.id.in_(ids)).execution_options(populate_existing=True)))
 
 
 def lock_snapshot_at_stage(s: Session, snapshot_id: str, stage: int, now: datetime) -> Snapshot | None:
     """Lock a started snapshot that is still at ``stage``; None if it moved on (a stale event)."""
-    locked = s.execute(
+    locked = _one(
+        s,
         update(Snapshot)
         .where(Snapshot.id == snapshot_id, Snapshot.status == STARTED, Snapshot.stage == stage)
-        .values(modified_at=now)
-    ).rowcount
-    return s.get(Snapshot, snapshot_id, populate_existing=True) if locked == 1 else None
+        .values(modified_at=now),
+    )
+    return s.get(Snapshot, snapshot_id, populate_existing=True) if locked else None
 
 
 def due_started_snapshots(s: Session, now: datetime, limit: int = 100) -> list[tuple[str, datetime]]:
@@ -264,74 +417,105 @@ def claim_started_snapshot(
     s: Session, snapshot_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta
 ) -> Snapshot | None:
     """Take over an expired lease on a started snapshot; None when another replica did."""
-    claimed = s.execute(
+    claimed = _one(
+        s,
         update(Snapshot)
         .where(Snapshot.id == snapshot_id, Snapshot.status == STARTED, Snapshot.retry_at == seen_retry_at)
-        .values(retry_at=now + lease, modified_at=now)
-    ).rowcount
-    return s.get(Snapshot, snapshot_id, populate_existing=True) if claimed == 1 else None
+        .values(retry_at=now + lease, modified_at=now),
+    )
+    return s.get(Snapshot, snapshot_id, populate_existing=True) if claimed else None
+
+
+def record_response(
+    s: Session, snapshot: Snapshot, http_status: int | None, final_url: str | None, network_error: str
+) -> None:
+    """Keep what the capture saw of the page's response on the snapshot we hold (locked)."""
+    values: dict = {}
+    if http_status is not None:
+        values.update(http_status=http_status, network_error="")
+    elif network_error and snapshot.http_status is None:
+        values["network_error"] = network_error[:1000]
+    if final_url:
+        values["final_url"] = final_url if final_url != snapshot.url else None
+    if values:
+        s.execute(update(Snapshot).where(Snapshot.id == snapshot.id, Snapshot.status == STARTED).values(**values))
 
 
 def move_to_stage(s: Session, snapshot: Snapshot, stage: int, now: datetime, lease: timedelta) -> bool:
     """``stage N → stage M`` on a started snapshot we hold; False if it is no longer at N."""
-    return (
-        s.execute(
-            update(Snapshot)
-            .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
-            .values(stage=stage, retry_at=now + lease, modified_at=now)
-        ).rowcount
-        == 1
+    return _one(
+        s,
+        update(Snapshot)
+        .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
+        .values(stage=stage, retry_at=now + lease, modified_at=now),
+    )
+
+
+def requeue_snapshot(s: Session, snapshot: Snapshot, retry_at: datetime, now: datetime) -> bool:
+    """``started → queued`` to capture again at ``retry_at`` (a 429/5xx or network error)."""
+    return _one(
+        s,
+        update(Snapshot)
+        .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
+        .values(
+            status=QUEUED,
+            stage=0,
+            retry_at=retry_at,
+            modified_at=now,
+            http_status=None,
+            final_url=None,
+            network_error="",
+        ),
     )
 
 
 def seal_snapshot(s: Session, snapshot: Snapshot, now: datetime) -> bool:
-    """``started → sealed`` after the finalize stage; False if someone else sealed it."""
-    return (
-        s.execute(
-            update(Snapshot)
-            .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == FINALIZE_STAGE)
-            .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now)
-        ).rowcount
-        == 1
+    """``started → sealed`` at the stage we hold; False if someone else moved or sealed it."""
+    return _one(
+        s,
+        update(Snapshot)
+        .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
+        .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now),
     )
 
 
-def snapshot_tags(s: Session, snapshot_id: str) -> list[str]:
-    """Tag names of a snapshot, sorted."""
-    return sorted(
-        s.scalars(
-            select(Tag.name)
-            .join(SnapshotTag, SnapshotTag.tag_id == Tag.id)
-            .where(SnapshotTag.snapshot_id == snapshot_id)
-        )
-    )
+def seal_unstarted_snapshots(s: Session, crawl_id: str, now: datetime) -> int:
+    """Seal, unarchived, every queued or paused snapshot of a stopped crawl; returns how many."""
+    return s.execute(
+        update(Snapshot)
+        .where(Snapshot.crawl_id == crawl_id, Snapshot.status.in_((QUEUED, PAUSED)))
+        .values(status=SEALED, retry_at=None, modified_at=now)
+    ).rowcount
+
+
+def started_snapshots(s: Session, crawl_id: str) -> list[Snapshot]:
+    """The crawl's snapshots in flight."""
+    return list(s.scalars(select(Snapshot).where(Snapshot.crawl_id == crawl_id, Snapshot.status == STARTED)))
 
 
 # --------------------------------------------------------------------------- tasks
 
 
-def task_id(snapshot_id: str, stage: int, family: str) -> str:
-    """The natural id of a task: one per (snapshot, stage, family)."""
-    return f"{snapshot_id}.{stage}.{family}"
+def task_id(snapshot_id: str, attempt: int, stage: int, family: str) -> str:
+    """The natural id of a task: one per (snapshot, capture attempt, stage, family)."""
+    return f"{snapshot_id}.{attempt}.{stage}.{family}"
 
 
 def insert_tasks(
-    s: Session, snapshot: Snapshot, stage: int, families: dict[str, list[str]], now: datetime, kind: str = "hooks"
+    s: Session, snapshot: Snapshot, stage: int, families: dict[str, list[str]], now: datetime
 ) -> list[SnapshotTask]:
     """Plan one task per family for ``stage`` (status ``planned``; idempotent on the task id)."""
     rows = [
         {
-            "id": task_id(snapshot.id, stage, family),
+            "id": task_id(snapshot.id, snapshot.attempts, stage, family),
             "snapshot_id": snapshot.id,
             "crawl_id": snapshot.crawl_id,
             "stage": stage,
             "family": family,
-            "kind": kind,
             "plugins": plugins,
-            "status": TASK_PLANNED,
-            "attempt": 1,
+            "status": TaskStatus.PLANNED,
+            "attempt": snapshot.attempts,
             "created_at": now,
-            "results": [],
             "error": "",
         }
         for family, plugins in families.items()
@@ -341,47 +525,53 @@ def insert_tasks(
     return list(s.scalars(select(SnapshotTask).where(SnapshotTask.id.in_([r["id"] for r in rows]))))
 
 
-def complete_task(s: Session, task_id_: str, status: str, results: list, error: str, now: datetime) -> bool:
+def complete_task(s: Session, task_id_: str, status: TaskStatus, error: str, now: datetime) -> bool:
     """Record a task's outcome once; False when it was already recorded (a redelivery)."""
-    return (
+    return _one(
+        s,
+        update(SnapshotTask)
+        .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN))
+        .values(status=status, error=error[:2000], completed_at=now),
+    )
+
+
+def mark_task_started(s: Session, task_id_: str, now: datetime) -> bool:
+    """Note that an executor picked the task up (the pickup deadline no longer applies)."""
+    return _one(
+        s,
+        update(SnapshotTask)
+        .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN), SnapshotTask.started_at.is_(None))
+        .values(started_at=now),
+    )
+
+
+def open_tasks(s: Session, snapshot_id: str, stage: int | None = None) -> list[SnapshotTask]:
+    """Tasks of a snapshot (of one stage, if given) that have not completed yet."""
+    query = select(SnapshotTask).where(SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.status.in_(TASK_OPEN))
+    if stage is not None:
+        query = query.where(SnapshotTask.stage == stage)
+    return list(s.scalars(query))
+
+
+def cancel_open_tasks(s: Session, snapshot_id: str, reason: str, now: datetime) -> list[SnapshotTask]:
+    """``planned|dispatched → cancelled`` for every open task of a snapshot; returns them."""
+    tasks = open_tasks(s, snapshot_id)
+    for chunk in _chunks([t.id for t in tasks]):
         s.execute(
             update(SnapshotTask)
-            .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN))
-            .values(status=status, results=results, error=error, completed_at=now)
-        ).rowcount
-        == 1
-    )
-
-
-def open_tasks(s: Session, snapshot_id: str, stage: int) -> list[SnapshotTask]:
-    """Tasks of a snapshot's stage that have not completed yet."""
-    return list(
-        s.scalars(
-            select(SnapshotTask).where(
-                SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.stage == stage, SnapshotTask.status.in_(TASK_OPEN)
-            )
+            .where(SnapshotTask.id.in_(list(chunk)), SnapshotTask.status.in_(TASK_OPEN))
+            .values(status=TaskStatus.CANCELLED, error=reason, completed_at=now)
         )
-    )
-
-
-def task_results(s: Session, snapshot_id: str) -> list[dict]:
-    """Every result summary the snapshot's completed hook tasks reported, in stage order."""
-    tasks = s.scalars(
-        select(SnapshotTask)
-        .where(SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.kind == "hooks")
-        .order_by(SnapshotTask.stage, SnapshotTask.family)
-    )
-    return [r for t in tasks for r in (t.results or [])]
+    return tasks
 
 
 def mark_dispatched(s: Session, task_ids: Iterable[str], now: datetime) -> None:
     """``planned → dispatched`` once the stream acked the task messages."""
-    ids = list(task_ids)
-    if ids:
+    for chunk in _chunks(list(task_ids)):
         s.execute(
             update(SnapshotTask)
-            .where(SnapshotTask.id.in_(ids), SnapshotTask.status == TASK_PLANNED)
-            .values(status=TASK_DISPATCHED, dispatched_at=now)
+            .where(SnapshotTask.id.in_(list(chunk)), SnapshotTask.status == TaskStatus.PLANNED)
+            .values(status=TaskStatus.DISPATCHED, dispatched_at=now)
         )
 
 
@@ -392,11 +582,27 @@ def stale_planned_tasks(s: Session, older_than: datetime, limit: int = 200) -> l
             select(SnapshotTask)
             .join(Snapshot, Snapshot.id == SnapshotTask.snapshot_id)
             .where(
-                SnapshotTask.status == TASK_PLANNED,
+                SnapshotTask.status == TaskStatus.PLANNED,
                 SnapshotTask.created_at <= older_than,
                 Snapshot.status == STARTED,
                 Snapshot.stage == SnapshotTask.stage,
             )
+            .limit(limit)
+        )
+    )
+
+
+def unpicked_tasks(s: Session, dispatched_before: datetime, limit: int = 200) -> list[SnapshotTask]:
+    """Dispatched tasks no executor has started since ``dispatched_before``."""
+    return list(
+        s.scalars(
+            select(SnapshotTask)
+            .where(
+                SnapshotTask.status == TaskStatus.DISPATCHED,
+                SnapshotTask.started_at.is_(None),
+                SnapshotTask.dispatched_at <= dispatched_before,
+            )
+            .order_by(SnapshotTask.dispatched_at)
             .limit(limit)
         )
     )
@@ -424,12 +630,13 @@ def claim_schedule(
     s: Session, schedule_id: str, status: str, seen_retry_at: datetime, now: datetime, lease: timedelta
 ) -> CrawlSchedule | None:
     """``queued → started`` (or take over an expired poll) with a lease; None when not ours."""
-    claimed = s.execute(
+    claimed = _one(
+        s,
         update(CrawlSchedule)
         .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == status, CrawlSchedule.retry_at == seen_retry_at)
-        .values(status=STARTED, retry_at=now + lease, modified_at=now)
-    ).rowcount
-    return s.get(CrawlSchedule, schedule_id, populate_existing=True) if claimed == 1 else None
+        .values(status=STARTED, retry_at=now + lease, modified_at=now),
+    )
+    return s.get(CrawlSchedule, schedule_id, populate_existing=True) if claimed else None
 
 
 def finish_schedule_poll(
@@ -437,124 +644,124 @@ def finish_schedule_poll(
 ) -> bool:
     """``started → queued`` with the next poll time; False when the schedule was paused, deleted or
     taken over meanwhile (the caller's transaction must then roll back)."""
-    return (
-        s.execute(
-            update(CrawlSchedule)
-            .where(
-                CrawlSchedule.id == schedule.id, CrawlSchedule.status == STARTED, CrawlSchedule.retry_at == lease_until
+    return _one(
+        s,
+        update(CrawlSchedule)
+        .where(CrawlSchedule.id == schedule.id, CrawlSchedule.status == STARTED, CrawlSchedule.retry_at == lease_until)
+        .values(status=QUEUED, retry_at=next_at, last_polled_at=now, modified_at=now, **values),
+    )
+
+
+def unseen_feed_keys(s: Session, schedule_id: str, keys: Sequence[str]) -> set[str]:
+    """The item keys this schedule has not recorded yet."""
+    seen: set[str] = set()
+    for chunk in _chunks(list(keys)):
+        seen.update(
+            s.scalars(
+                select(FeedItem.item_key).where(FeedItem.schedule_id == schedule_id, FeedItem.item_key.in_(chunk))
             )
-            .values(status=QUEUED, retry_at=next_at, last_polled_at=now, modified_at=now, **values)
-        ).rowcount
-        == 1
-    )
-
-
-def unseen_feed_keys(s: Session, schedule_id: str, keys: dict[str, str]) -> set[str]:
-    """The item keys (of ``{item_key: url}``) this schedule has not recorded yet."""
-    if not keys:
-        return set()
-    seen = set(
-        s.scalars(
-            select(FeedItem.item_key).where(FeedItem.schedule_id == schedule_id, FeedItem.item_key.in_(list(keys)))
         )
-    )
     return set(keys) - seen
 
 
-def record_feed_items(s: Session, schedule_id: str, items: dict[str, str], crawl_id: str | None, now: datetime) -> None:
-    """Remember feed items (``{item_key: url}``) so later polls skip them (idempotent)."""
-    if items:
-        insert = insert_for(s)
+def record_feed_items(s: Session, schedule_id: str, items: dict[str, tuple[str, str | None]], now: datetime) -> None:
+    """Remember feed items (``{item_key: (url, crawl id or None)}``) so later polls skip them
+    while their crawl archives them; an item polled again moves to its new crawl (idempotent)."""
+    insert = insert_for(s)
+    rows = [
+        {"schedule_id": schedule_id, "item_key": k, "url": url, "crawl_id": crawl_id, "first_seen_at": now}
+        for k, (url, crawl_id) in items.items()
+    ]
+    for chunk in _chunks(rows):
+        stmt = insert(FeedItem).values(list(chunk))
         s.execute(
-            insert(FeedItem)
-            .values(
-                [
-                    {"schedule_id": schedule_id, "item_key": k, "url": u, "crawl_id": crawl_id, "first_seen_at": now}
-                    for k, u in items.items()
-                ]
+            stmt.on_conflict_do_update(
+                index_elements=["schedule_id", "item_key"], set_={"crawl_id": stmt.excluded.crawl_id}
             )
-            .on_conflict_do_nothing(index_elements=["schedule_id", "item_key"])
         )
+
+
+def feed_keys_to_retry(s: Session, schedule_id: str, keys: Sequence[str]) -> set[str]:
+    """Item keys a poll recorded whose crawl ended without archiving the item's URL (cancelled,
+    never captured): ``ONLY_NEW`` counts an item seen once archived, not once read."""
+    found: set[str] = set()
+    archived = (
+        select(Snapshot.id)
+        .join(ArchiveResult, ArchiveResult.snapshot_id == Snapshot.id)
+        .where(
+            Snapshot.crawl_id == FeedItem.crawl_id, Snapshot.url == FeedItem.url, ArchiveResult.status == "succeeded"
+        )
+        .exists()
+    )
+    for chunk in _chunks(list(keys)):
+        found.update(
+            s.scalars(
+                select(FeedItem.item_key)
+                .join(Crawl, Crawl.id == FeedItem.crawl_id)
+                .where(
+                    FeedItem.schedule_id == schedule_id, FeedItem.item_key.in_(chunk), Crawl.status == SEALED, ~archived
+                )
+            )
+        )
+    return found
 
 
 def request_schedule_poll(s: Session, schedule_id: str, now: datetime) -> bool:
     """Poll an idle schedule now (not one being polled, not a paused one)."""
-    return (
-        s.execute(
-            update(CrawlSchedule)
-            .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == QUEUED)
-            .values(retry_at=now, modified_at=now)
-        ).rowcount
-        == 1
+    return _one(
+        s,
+        update(CrawlSchedule)
+        .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == QUEUED)
+        .values(retry_at=now, modified_at=now),
     )
 
 
 def pause_schedule(s: Session, schedule_id: str, now: datetime) -> bool:
     """``queued|started → paused``; a poll in flight then fails to finish and rolls back."""
-    return (
-        s.execute(
-            update(CrawlSchedule)
-            .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status.in_((QUEUED, STARTED)))
-            .values(status=PAUSED, retry_at=None, modified_at=now)
-        ).rowcount
-        == 1
+    return _one(
+        s,
+        update(CrawlSchedule)
+        .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status.in_((QUEUED, STARTED)))
+        .values(status=PAUSED, retry_at=None, modified_at=now),
     )
 
 
 def resume_schedule(s: Session, schedule_id: str, now: datetime) -> bool:
     """``paused → queued``, due now."""
-    return (
-        s.execute(
-            update(CrawlSchedule)
-            .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == PAUSED)
-            .values(status=QUEUED, retry_at=now, modified_at=now)
-        ).rowcount
-        == 1
+    return _one(
+        s,
+        update(CrawlSchedule)
+        .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == PAUSED)
+        .values(status=QUEUED, retry_at=now, modified_at=now),
     )
 
 
-# --------------------------------------------------------------------------- crawl control
-
-
-def pause_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
-    """``queued|started → paused``: no new snapshot starts; those in flight finish their stages."""
-    return (
-        s.execute(
-            update(Crawl)
-            .where(Crawl.id == crawl_id, Crawl.status.in_((QUEUED, STARTED)))
-            .values(status=PAUSED, retry_at=None, modified_at=now)
-        ).rowcount
-        == 1
-    )
-
-
-def resume_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
-    """``paused → started`` (or ``queued`` when it never seeded), due now."""
-    has_snapshots = s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.crawl_id == crawl_id))
-    return (
-        s.execute(
-            update(Crawl)
-            .where(Crawl.id == crawl_id, Crawl.status == PAUSED)
-            .values(status=STARTED if has_snapshots else QUEUED, retry_at=now, modified_at=now)
-        ).rowcount
-        == 1
-    )
-
-
-def cancel_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
-    """Seal a crawl now: its queued snapshots are sealed unarchived; started ones finish."""
-    cancelled = (
-        s.execute(
-            update(Crawl)
-            .where(Crawl.id == crawl_id, Crawl.status.in_((QUEUED, STARTED, PAUSED)))
-            .values(status=SEALED, retry_at=None, modified_at=now)
-        ).rowcount
-        == 1
-    )
-    if cancelled:
-        s.execute(
-            update(Snapshot)
-            .where(Snapshot.crawl_id == crawl_id, Snapshot.status == QUEUED)
-            .values(status=SEALED, retry_at=None, modified_at=now)
+def earliest_schedule_due(s: Session) -> datetime | None:
+    """The nearest ``retry_at`` of an enabled, unpaused schedule (the feed loop's next look)."""
+    return s.scalar(
+        select(func.min(CrawlSchedule.retry_at)).where(
+            CrawlSchedule.status.in_((QUEUED, STARTED)), CrawlSchedule.is_enabled.is_(True)
         )
-    return cancelled
+    )
+
+
+def earliest_due(s: Session, now: datetime) -> datetime | None:
+    """When the next row comes due by time alone: a queued or leased crawl, a snapshot lease, or
+    a snapshot waiting to be captured again. (Queued snapshots that wait for a free slot are not
+    timed: a seal wakes the runner.)"""
+    times = [
+        s.scalar(select(func.min(Crawl.retry_at)).where(Crawl.status.in_((QUEUED, STARTED)))),
+        s.scalar(select(func.min(Snapshot.retry_at)).where(Snapshot.status == STARTED)),
+        s.scalar(select(func.min(Snapshot.retry_at)).where(Snapshot.status == QUEUED, Snapshot.retry_at > now)),
+    ]
+    times = [t for t in times if t is not None]
+    return min(times) if times else None
+
+
+def oldest_unpicked_dispatch(s: Session) -> datetime | None:
+    """``dispatched_at`` of the oldest task no executor has started (for the pickup deadline)."""
+    return s.scalar(
+        select(func.min(SnapshotTask.dispatched_at)).where(
+            SnapshotTask.status == TaskStatus.DISPATCHED, SnapshotTask.started_at.is_(None)
+        )
+    )

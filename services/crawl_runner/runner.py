@@ -3,17 +3,25 @@
 It is the only service that changes Crawl/Snapshot status (DESIGN.md rule 2). Work arrives three
 ways, and every path is a conditional update in ``queries`` followed by publishing:
 
-1. **Due rows** (polled every ``RUNNER_POLL_INTERVAL`` s, or at once on a ``crawl.queued``
-   wake-up): queued crawls get their seed snapshots; queued snapshots are claimed and their first
-   stage dispatched; expired leases are taken over; planned-but-unpublished tasks are published.
-2. **Task completions** (durable consumer ``runner`` on ``events.task.completed.>``): the task is
-   recorded, discovered URLs become child snapshots (up to ``max_depth``), and when a stage has
-   no open task left the snapshot moves to its next stage, to finalize, or is sealed.
-3. **Dead tasks** (``TASK_DEAD``: JetStream's max-deliveries advisories): the task is recorded
-   as failed so its snapshot still seals.
+1. **Due rows** (a pass runs on every wake-up: ``crawl.queued`` from ingest, a seal freeing a
+   slot, a control request; otherwise when the earliest lease or retry time comes): queued crawls
+   start and their seeds become snapshots a batch at a time; each crawl with a free slot claims its
+   due snapshots (every crawl gets its turn, so a small crawl behind a huge one starts at once);
+   expired leases are taken over; planned-but-unpublished tasks are published; tasks no executor
+   picked up in time fail ("no executor for family X"); stopped crawls are sealed.
+2. **Task events** (durable consumer ``runner`` on ``events.task.>``): a start is noted; a
+   completion is recorded, its discovered URLs become child snapshots (up to ``max_depth`` and
+   ``CRAWL_MAX_URLS``), and when a stage has no open task left the snapshot moves to its next
+   stage, is queued again (a 429/5xx or network error, up to ``MAX_URL_ATTEMPTS``) or is sealed.
+   A failed task's unreported hooks get ``fallback`` results, so no hook of a plan goes missing.
+3. **Control** (``control.>``): pause, resume, cancel; feed poll/pause/resume. A cancel marks the
+   crawl, puts it in the ``CANCELLED`` bucket (executors kill its hooks), seals its snapshots
+   (unfinished hooks ``skipped``: ``cancelled``) and then the crawl.
 
 Messages are published after the transaction commits and acked only after that, so a crash at
-any point leaves either a due row or an unacked message for any replica to pick up.
+any point leaves either a due row or an unacked message for any replica to pick up. A crawl whose
+steps keep failing is set aside with back-off and, after ``STEP_FAILURE_LIMIT`` tries, given up
+with its error shown on it: no crawl, failing or huge, holds up the others.
 """
 
 from __future__ import annotations
@@ -22,49 +30,48 @@ import asyncio
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
-import httpx
 import msgspec
 from nats.js import JetStreamContext
 
-from boxcar.crawl_runner import feeds
 from boxcar.crawl_runner import queries as q
+from boxcar.crawl_runner.feeds import FeedPoller
 from boxcar.crawl_runner.planner import Plan, plan_for
 from boxcar.shared import bus, telemetry
-from boxcar.shared.admission import Candidate, admit, config_flag
+from boxcar.shared.admission import admit, archived_keys
+from boxcar.shared.clock import utcnow
+from boxcar.shared.crawlconfig import CrawlConfig
 from boxcar.shared.db import Database
-from boxcar.shared.db.models import FINALIZE_STAGE, Crawl, Snapshot, SnapshotTask, utcnow
+from boxcar.shared.db.models import Crawl, Snapshot, SnapshotTask, TaskStatus
 from boxcar.shared.families import FamilyTable, load_families
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import (
+    ArchiveResultRecord,
     CrawlControl,
     CrawlEvent,
     HookTask,
-    ResultSummary,
     ScheduleControl,
+    Seed,
     SnapshotEvent,
-    SnapshotInfo,
     TaskCompleted,
+    TaskStarted,
     decode,
 )
 from boxcar.shared.plugins import PluginCatalog, get_catalog
-from boxcar.shared.schedules import backoff, next_run
 from boxcar.shared.settings import Settings
-from boxcar.shared.urls import InvalidURL, UrlFilter, canonicalize
 
 log = logging.getLogger("boxcar.crawl_runner")
 tracer = telemetry.tracer("boxcar.crawl_runner")
 
 STALE_PLANNED_AFTER = timedelta(seconds=20)
-
-
-def seed_snapshot(seed: dict) -> q.NewSnapshot:
-    """A ``Crawl.seeds`` entry (canonical URL, optional title/tags/ISO date) as a snapshot to create."""
-    when = seed.get("bookmarked_at")
-    return q.NewSnapshot(
-        seed["url"], seed.get("title"), seed.get("tags") or [], datetime.fromisoformat(when) if when else None
-    )
+SEED_BATCH = 1000
+SEED_BATCHES_PER_PASS = 5
+STEP_FAILURE_LIMIT = 5
+RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+CANCELLED = "cancelled"
 
 
 class CrawlRunner:
@@ -84,38 +91,52 @@ class CrawlRunner:
         self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-6:]}"
         self.snapshot_lease = timedelta(seconds=settings.snapshot_lease_seconds)
         self.crawl_lease = timedelta(seconds=settings.crawl_lease_seconds)
-        self.feed_lease = timedelta(seconds=120)  # longer than one feed fetch can take
+        self.pickup_timeout = timedelta(seconds=settings.task_pickup_timeout)
         self._plans: dict[str, Plan] = {}
+        self._trouble: dict[str, tuple[int, float]] = {}  # crawl id -> (failures, not before)
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self.js: JetStreamContext | None = None
+        self.feeds = FeedPoller(self)
 
     # ------------------------------------------------------------------ service loop
 
     async def run(self) -> None:
-        """Connect, make sure streams and consumers exist, and work until ``stop()``."""
+        """Connect, make sure streams, consumers and buckets exist, and work until ``stop()``."""
         nc = await bus.connect(self.settings.nats_url, f"crawl-runner {self.runner_id}")
-        self.js = nc.jetstream()
-        await bus.ensure_streams(self.js)
-        await bus.ensure_consumer(self.js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER, bus.SUBJECT_TASK_COMPLETED_ALL)
-        await bus.ensure_consumer(self.js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER, bus.MAX_DELIVERIES_ADVISORY)
-        await bus.ensure_consumer(self.js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER, "control.>")
+        self.js = js = nc.jetstream()
+        await bus.ensure_streams(js)
+        md = self.settings.runner_max_deliver
+        await bus.ensure_consumer(
+            js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER, bus.SUBJECT_TASK_EVENTS, ack_wait=15, max_deliver=md
+        )
+        await bus.ensure_consumer(
+            js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER, bus.MAX_DELIVERIES_ADVISORY, ack_wait=15, max_deliver=md
+        )
+        await bus.ensure_consumer(
+            js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER, "control.>", ack_wait=15, max_deliver=md
+        )
+        self.cancelled = await bus.cancelled_bucket(js)
+        self.discovered = await bus.discovered_store(js)
         await nc.subscribe(bus.SUBJECT_CRAWL_QUEUED, cb=self._on_wakeup)
-        completions = await bus.pull(self.js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER)
-        dead = await bus.pull(self.js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER)
-        control = await bus.pull(self.js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER)
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0), follow_redirects=True)
+        await nc.subscribe(bus.SUBJECT_FEED_DUE, cb=self.feeds.on_wakeup)
+        task_events = await bus.pull(js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER)
+        dead = await bus.pull(js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER)
+        control = await bus.pull(js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER)
         log.info("crawl-runner %s ready", self.runner_id)
+
+        def consume(sub, handler, name, on_dead=None):
+            return bus.consume(js, sub, handler, consumer=name, stop=self._stop, max_deliver=md, on_dead=on_dead)
+
         try:
             await asyncio.gather(
-                self._poll_loop(),
-                self._feed_loop(),
-                self._consume(completions, self._on_completed),
-                self._consume(dead, self._on_dead_task),
-                self._consume(control, self._on_control),
+                self._due_loop(),
+                self.feeds.run(self._stop),
+                consume(task_events, self._on_task_event, bus.RUNNER_CONSUMER, self._on_task_event_dead),
+                consume(dead, self._on_dead_task, bus.RUNNER_DEAD_CONSUMER),
+                consume(control, self._on_control, bus.RUNNER_CONTROL_CONSUMER),
             )
         finally:
-            await self.http.aclose()
             await nc.close()
 
     def stop(self) -> None:
@@ -123,55 +144,45 @@ class CrawlRunner:
         self._stop.set()
         self._wake.set()
 
-    async def _feed_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self._poll_due_feeds()
-            except Exception:
-                log.exception("feed polling failed; retrying")
-            try:
-                await asyncio.wait_for(self._stop.wait(), self.settings.runner_poll_interval)
-            except TimeoutError:
-                pass
-
     async def _on_wakeup(self, msg) -> None:
         self._wake.set()
 
-    async def _poll_loop(self) -> None:
+    async def _due_loop(self) -> None:
+        """A pass over due rows on every wake-up, else when the earliest lease or retry is due
+        (never a fixed fast poll: an idle stack costs no CPU)."""
         while not self._stop.is_set():
+            self._wake.clear()
             try:
                 await self.tick()
             except Exception:
-                log.exception("runner tick failed; retrying")
+                log.exception("runner pass failed; retrying")
+            delay = await asyncio.to_thread(self._seconds_until_due)
             try:
-                await asyncio.wait_for(self._wake.wait(), self.settings.runner_poll_interval)
+                await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 pass
-            self._wake.clear()
 
-    async def _consume(self, sub, handler) -> None:
-        while not self._stop.is_set():
-            try:
-                msgs = await sub.fetch(20, timeout=1)
-            except TimeoutError:
-                continue
-            except Exception as exc:  # connection blips: nats-py reconnects underneath
-                log.warning("fetch failed: %s", exc)
-                await asyncio.sleep(1)
-                continue
-            for msg in msgs:
-                try:
-                    await handler(msg)
-                    await msg.ack()
-                except Exception:
-                    log.exception("handling %s failed; it will be redelivered", msg.subject)
-                    await msg.nak(delay=2)
+    def _seconds_until_due(self) -> float:
+        now = utcnow()
+        with self.db.read() as s:
+            earliest = q.earliest_due(s, now)
+            oldest_unpicked = q.oldest_unpicked_dispatch(s)
+        candidates = [self.settings.runner_idle_interval]
+        if earliest is not None:
+            candidates.append((earliest - now).total_seconds())
+        if oldest_unpicked is not None:
+            candidates.append((oldest_unpicked + self.pickup_timeout - now).total_seconds())
+        delay = min(candidates)
+        # Still due right after a pass: waiting for a slot or backing off; look again in a second.
+        return delay if delay > 0.05 else 1.0
 
     async def tick(self) -> None:
-        """One pass over every kind of due row (feeds have their own loop: a slow feed must not hold
-        up snapshots)."""
+        """One pass over every kind of due row (feeds have their own loop: a slow feed must not
+        hold up snapshots)."""
         for step in (
             self._start_due_crawls,
+            self._seed_crawls,
+            self._finish_stopped_crawls,
             self._start_due_snapshots,
             self._recover_expired_snapshots,
             self._check_due_crawls,
@@ -179,6 +190,7 @@ class CrawlRunner:
         ):
             out = await asyncio.to_thread(step)
             await self._publish(out)
+        await self._fail_unpicked_tasks()
 
     async def _publish(self, out: list[bus.Outgoing]) -> None:
         if not out:
@@ -187,116 +199,121 @@ class CrawlRunner:
         task_ids = [o.msg.task_id for o in out if isinstance(o.msg, HookTask)]
         if task_ids:
             await asyncio.to_thread(self._mark_dispatched, task_ids)
-        if any(isinstance(o.msg, SnapshotEvent) and o.msg.status == "sealed" for o in out):
+        if any(isinstance(o.msg, SnapshotEvent) and o.msg.status in ("sealed", "queued") for o in out):
             self._wake.set()  # a seal frees a concurrency slot for the next queued snapshot
 
     def _mark_dispatched(self, task_ids: list[str]) -> None:
         with self.db.write() as s:
             q.mark_dispatched(s, task_ids, utcnow())
 
+    # ------------------------------------------------------------------ step isolation
+
+    def _per_crawl(self, crawl_id: str, work: Callable[[], list[bus.Outgoing]]) -> list[bus.Outgoing]:
+        """Run one crawl's share of a step; a crawl whose steps keep failing is skipped with
+        back-off and, after ``STEP_FAILURE_LIMIT`` failures, given up with the error."""
+        failures, not_before = self._trouble.get(crawl_id, (0, 0.0))
+        if time.monotonic() < not_before:
+            return []
+        try:
+            out = work()
+        except Exception as exc:
+            failures += 1
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            log.error("crawl %s: step failed (%d of %d): %s", crawl_id, failures, STEP_FAILURE_LIMIT, error[:500])
+            if failures >= STEP_FAILURE_LIMIT:
+                self._trouble.pop(crawl_id, None)
+                return self._give_up(crawl_id, error)
+            self._trouble[crawl_id] = (failures, time.monotonic() + min(300.0, 2.0**failures))
+            return []
+        self._trouble.pop(crawl_id, None)
+        return out
+
+    def _give_up(self, crawl_id: str, error: str) -> list[bus.Outgoing]:
+        with self.db.write() as s:
+            if not q.fail_crawl(s, crawl_id, error, utcnow()):
+                return []
+        log.error("crawl %s given up: %s", crawl_id, error[:500])
+        self._wake.set()
+        return [self._crawl_event(crawl_id, "failed", utcnow())]
+
     # ------------------------------------------------------------------ due rows
 
     def _start_due_crawls(self) -> list[bus.Outgoing]:
         out: list[bus.Outgoing] = []
-        now = utcnow()
         with self.db.read() as s:
-            due = [d for d in q.due_crawls(s, now) if d[1] == "queued"]
-        for crawl_id, _, seen in due:
-            with self.db.write() as s:
-                crawl = q.claim_queued_crawl(s, crawl_id, seen, now, self.crawl_lease)
-                if crawl is None:
-                    continue
-                with tracer.start_as_current_span(
-                    "crawl.start", context=telemetry.context_from(crawl.trace_context)
-                ) as span:
-                    span.set_attribute("boxcar.crawl_id", crawl.id)
-                    seeds = self._seed_snapshots(crawl)
-                    created = q.insert_snapshots(
-                        s,
-                        crawl,
-                        seeds,
-                        depth=0,
-                        parent_id=None,
-                        now=now,
-                        user=crawl.created_by,
-                        max_urls=self._max_urls(crawl),
-                    )
-                    span.set_attribute("boxcar.snapshots", len(created))
-                    out.append(
-                        bus.Outgoing.make(
-                            "events.crawl.started",
-                            CrawlEvent(crawl_id=crawl.id, status="started", at=now),
-                            f"crawl.{crawl.id}.started",
-                        )
-                    )
-                    if not created and q.seal_crawl_if_done(s, crawl.id, now):
-                        out.append(self._crawl_sealed(crawl.id, now))
-            log.info("crawl %s started", crawl_id)
+            due = q.due_crawls(s, utcnow(), q.QUEUED)
+        for crawl_id, seen in due:
+            out += self._per_crawl(crawl_id, lambda c=crawl_id, seen=seen: self._start_crawl(c, seen))
         return out
 
-    def _seed_snapshots(self, crawl: Crawl) -> list[q.NewSnapshot]:
-        items = []
-        for seed in crawl.seeds or []:
-            try:
-                items.append(seed_snapshot({**seed, "url": canonicalize(seed["url"])}))
-            except (InvalidURL, KeyError, TypeError, ValueError):
-                log.warning("crawl %s: skipping invalid seed %r", crawl.id, seed)
-        return items
+    def _start_crawl(self, crawl_id: str, seen: datetime) -> list[bus.Outgoing]:
+        now = utcnow()
+        with self.db.write() as s:
+            crawl = q.claim_queued_crawl(s, crawl_id, seen, now, self.crawl_lease)
+            if crawl is None:
+                return []
+            with tracer.start_as_current_span(
+                "crawl.start", context=telemetry.context_from(crawl.trace_context)
+            ) as span:
+                span.set_attribute("boxcar.crawl_id", crawl.id)
+                out = [self._crawl_event(crawl.id, "started", now)]
+                if crawl.seed_count == 0 and q.seal_crawl_if_done(s, crawl.id, now):
+                    out.append(self._crawl_event(crawl.id, "sealed", now))
+        log.info("crawl %s started (%d seeds)", crawl_id, crawl.seed_count)
+        self._wake.set()
+        return out
 
-    def _max_urls(self, crawl: Crawl) -> int:
-        try:
-            return int((crawl.config or {}).get("CRAWL_MAX_URLS", self.settings.crawl_max_urls))
-        except ValueError:
-            return self.settings.crawl_max_urls
+    def _seed_crawls(self) -> list[bus.Outgoing]:
+        """Turn the next seeds of started crawls into snapshots, a bounded batch at a time."""
+        with self.db.read() as s:
+            pending = q.unseeded_crawls(s)
+        for crawl_id, seeded in pending[:SEED_BATCHES_PER_PASS]:
+            self._per_crawl(crawl_id, lambda c=crawl_id, n=seeded: self._seed_batch(c, n))
+        if len(pending) > 0:
+            self._wake.set()  # more to seed, or the new snapshots to claim
+        return []
+
+    def _seed_batch(self, crawl_id: str, seeded: int) -> list[bus.Outgoing]:
+        now = utcnow()
+        with self.db.write() as s:
+            crawl = s.get(Crawl, crawl_id)
+            seeds = q.seeds_from(s, crawl_id, seeded, SEED_BATCH)
+            if not q.record_seeded(s, crawl_id, seeded, seeded + len(seeds), now):
+                s.rollback()
+                return []
+            config = self._config(crawl)
+            created, over = q.insert_snapshots(
+                s, crawl, seeds, depth=0, parent_id=None, now=now, max_urls=config.max_urls
+            )
+        if over:
+            log.warning("crawl %s: %d seed(s) over CRAWL_MAX_URLS=%d left out", crawl_id, over, config.max_urls)
+        return []
 
     def _start_due_snapshots(self) -> list[bus.Outgoing]:
         out: list[bus.Outgoing] = []
-        now = utcnow()
         with self.db.read() as s:
-            due = q.due_queued_snapshots(s, now, limit=200)
-            running = q.started_counts(s, (c for _, c, _ in due))
-        for snapshot_id, crawl_id, seen in due:
-            with self.db.write() as s:
-                crawl = s.get(Crawl, crawl_id)
-                if running.get(crawl_id, 0) >= self._concurrency(crawl):
-                    continue
-                try:
-                    plan = self._plan(crawl)
-                except ValueError as exc:
-                    log.error("crawl %s has nothing to run: %s", crawl_id, exc)
-                    continue
-                snap = q.claim_queued_snapshot(s, snapshot_id, seen, now, self.snapshot_lease, plan.first_stage)
-                if snap is None:
-                    continue
-                running[crawl_id] = running.get(crawl_id, 0) + 1
-                with tracer.start_as_current_span(
-                    "snapshot.start", context=telemetry.context_from(crawl.trace_context)
-                ) as span:
-                    span.set_attribute("boxcar.snapshot_id", snap.id)
-                    span.set_attribute("url.full", snap.url)
-                    out.append(self._snapshot_event(snap, "started", now))
-                    out.extend(self._dispatch_stage(s, crawl, snap, plan, snap.stage, now))
+            crawl_ids = q.crawls_with_due_snapshots(s, utcnow())
+        for crawl_id in crawl_ids:
+            out += self._per_crawl(crawl_id, lambda c=crawl_id: self._start_snapshots(c))
         return out
 
-    def _concurrency(self, crawl: Crawl) -> int:
-        """``CRAWL_MAX_CONCURRENT_SNAPSHOTS`` of the crawl (its config overrides the setting).
-
-        A soft limit: two replicas claiming at the same instant may start one snapshot more.
-        """
-        try:
-            return max(
-                1,
-                int(
-                    (crawl.config or {}).get(
-                        "CRAWL_MAX_CONCURRENT_SNAPSHOTS", self.settings.crawl_max_concurrent_snapshots
-                    )
-                ),
-            )
-        except ValueError:
-            return self.settings.crawl_max_concurrent_snapshots
+    def _start_snapshots(self, crawl_id: str) -> list[bus.Outgoing]:
+        now = utcnow()
+        out: list[bus.Outgoing] = []
+        with self.db.write() as s:
+            crawl = s.get(Crawl, crawl_id)
+            free = self._config(crawl).max_concurrent_snapshots - q.started_count(s, crawl_id)
+            if free <= 0:
+                return []
+            plan = self._plan(crawl)
+            with tracer.start_as_current_span("snapshots.start", context=telemetry.context_from(crawl.trace_context)):
+                for snap in q.claim_queued_snapshots(s, crawl_id, free, now, self.snapshot_lease, plan.first_stage):
+                    out.append(self._snapshot_event(snap, "started", now))
+                    out += self._dispatch_stage(s, crawl, snap, plan, snap.stage, now)
+        return out
 
     def _recover_expired_snapshots(self) -> list[bus.Outgoing]:
-        """Take over started snapshots whose lease ran out and push them forward if they can move."""
+        """Take over started snapshots whose lease ran out and push them on if their stage is done."""
         out: list[bus.Outgoing] = []
         now = utcnow()
         with self.db.read() as s:
@@ -304,15 +321,14 @@ class CrawlRunner:
         for snapshot_id, seen in due:
             with self.db.write() as s:
                 snap = q.claim_started_snapshot(s, snapshot_id, seen, now, self.snapshot_lease)
-                if snap is None:
+                if snap is None or q.open_tasks(s, snap.id, snap.stage):
                     continue
-                if not q.open_tasks(s, snap.id, snap.stage):
-                    crawl = s.get(Crawl, snap.crawl_id)
-                    log.info("snapshot %s: stage %s complete on lease expiry; advancing", snap.id, snap.stage)
-                    with tracer.start_as_current_span(
-                        "snapshot.recover", context=telemetry.context_from(crawl.trace_context)
-                    ):
-                        out.extend(self._advance(s, crawl, snap, now))
+                crawl = s.get(Crawl, snap.crawl_id)
+                log.info("snapshot %s: stage %s complete on lease expiry; advancing", snap.id, snap.stage)
+                with tracer.start_as_current_span(
+                    "snapshot.recover", context=telemetry.context_from(crawl.trace_context)
+                ):
+                    out += self._advance(s, crawl, snap, now)
         return out
 
     def _check_due_crawls(self) -> list[bus.Outgoing]:
@@ -320,135 +336,93 @@ class CrawlRunner:
         out: list[bus.Outgoing] = []
         now = utcnow()
         with self.db.read() as s:
-            due = [d for d in q.due_crawls(s, now) if d[1] == "started"]
-        for crawl_id, _, seen in due:
+            due = q.due_crawls(s, now, q.STARTED)
+        for crawl_id, seen in due:
             with self.db.write() as s:
                 if q.claim_started_crawl(s, crawl_id, seen, now, self.crawl_lease) and q.seal_crawl_if_done(
                     s, crawl_id, now
                 ):
-                    out.append(self._crawl_sealed(crawl_id, now))
+                    out.append(self._crawl_event(crawl_id, "sealed", now))
         return out
 
     def _republish_planned(self) -> list[bus.Outgoing]:
         """Publish tasks that were committed but never acked by the stream (a runner died)."""
-        now = utcnow()
         out: list[bus.Outgoing] = []
         with self.db.read() as s:
-            for task in q.stale_planned_tasks(s, now - STALE_PLANNED_AFTER):
+            for task in q.stale_planned_tasks(s, utcnow() - STALE_PLANNED_AFTER):
                 snap = s.get(Snapshot, task.snapshot_id)
                 crawl = s.get(Crawl, task.crawl_id)
                 log.info("re-publishing planned task %s", task.id)
                 with tracer.start_as_current_span(
                     "task.republish", context=telemetry.context_from(crawl.trace_context)
                 ):
-                    out.append(self._task_message(s, crawl, snap, task))
+                    out.append(self._task_message(crawl, snap, task))
         return out
 
-    # ------------------------------------------------------------------ feeds
-
-    async def _poll_due_feeds(self) -> None:
-        """Poll every due feed subscription once (each claimed, so replicas never poll one twice)."""
-        now = utcnow()
-
-        def due():
-            with self.db.read() as s:
-                return q.due_schedules(s, now)
-
-        def claim(schedule_id: str, status: str, seen: datetime):
-            with self.db.write() as s:
-                return q.claim_schedule(s, schedule_id, status, seen, now, self.feed_lease)
-
-        for schedule_id, status, seen in await asyncio.to_thread(due):
-            schedule = await asyncio.to_thread(claim, schedule_id, status, seen)
-            if schedule is None or not schedule.feed_url:
+    async def _fail_unpicked_tasks(self) -> None:
+        """A task no executor started within ``TASK_PICKUP_TIMEOUT`` fails when its family has no
+        live consumer ("no executor for family X"); behind a busy pool it just waits."""
+        with self.db.read() as s:
+            tasks = q.unpicked_tasks(s, utcnow() - self.pickup_timeout)
+        idle: dict[str, bool] = {}
+        for task in tasks:
+            if task.family not in idle:
+                idle[task.family] = not await bus.family_has_executor(self.js, task.family)
+            if not idle[task.family]:
                 continue
-            lease_until = schedule.retry_at
-            with tracer.start_as_current_span("feed.poll") as span:
-                span.set_attribute("url.full", schedule.feed_url)
-                span.set_attribute("boxcar.schedule_id", schedule.id)
-                try:
-                    response = await feeds.fetch_feed(
-                        self.http, schedule.feed_url, schedule.etag, schedule.last_modified
-                    )
-                    keyed = [] if response.not_modified else feeds.feed_entries(response.content)[1]
-                except Exception as exc:  # network, HTTP status, not a feed: the schedule shows why
-                    reason = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc)
-                    log.warning("feed %s (%s) failed: %s", schedule.id, schedule.feed_url, reason)
-                    await asyncio.to_thread(self._record_feed_failure, schedule, lease_until, reason)
-                    continue
-                created = await asyncio.to_thread(self._record_feed_poll, schedule, lease_until, response, keyed)
-                if created:
-                    log.info("feed %s: %d new item(s) → crawl %s", schedule.id, created[1], created[0])
-                    self._wake.set()
-
-    def _record_feed_poll(
-        self, schedule, lease_until: datetime, response: feeds.FeedResponse, keyed: list
-    ) -> tuple[str, int] | None:
-        """Record a successful poll: new items become one crawl; returns ``(crawl_id, n)`` or None."""
-        now = utcnow()
-        template = schedule.template or {}
-        config = {k: str(v) for k, v in (template.get("config") or {}).items()}
-        with self.db.write() as s:
-            fresh = q.unseen_feed_keys(s, schedule.id, {k: e.url for k, e in keyed})
-            entries = list({k: e for k, e in keyed if k in fresh}.items())
-            try:
-                url_filter = UrlFilter.from_config(config, self.settings.url_allowlist, self.settings.url_denylist)
-            except ValueError:
-                url_filter = UrlFilter()
-            tags = list(template.get("tags") or [])
-            admission = admit(
-                s,
-                [
-                    (
-                        f"item {i + 1}",
-                        Candidate(url=e.url, title=e.title, tags=tags + list(e.tags), bookmarked_at=e.bookmarked_at),
-                    )
-                    for i, (_, e) in enumerate(entries)
-                ],
-                url_filter=url_filter,
-                only_new=config_flag(config, "ONLY_NEW", self.settings.only_new),
+            event = TaskCompleted(
+                task_id=task.id,
+                crawl_id=task.crawl_id,
+                snapshot_id=task.snapshot_id,
+                stage=task.stage,
+                family=task.family,
+                status="failed",
+                error=f"no executor for family {task.family} picked the task up within "
+                f"{self.pickup_timeout.total_seconds():.0f}s (start `hook-executor --family {task.family}`)",
             )
-            crawl = None
-            if admission.seeds:
-                crawl = Crawl.new(
-                    user=schedule.created_by,
-                    seeds=admission.seeds,
-                    now=now,
-                    max_depth=int(template.get("max_depth") or 0),
-                    tags_str=",".join(tags),
-                    plugins=list(template.get("plugins") or []),
-                    config=config,
-                    label=f"feed: {schedule.label or schedule.feed_url}"[:256],
-                    schedule_id=schedule.id,
-                    trace_context=telemetry.current_carrier(),
-                )
-                s.add(crawl)
-                s.flush()
-            q.record_feed_items(s, schedule.id, {k: e.url for k, e in entries}, crawl.id if crawl else None, now)
-            extra = {"last_run_at": now} if crawl else {}
-            if not q.finish_schedule_poll(
-                s,
-                schedule,
-                lease_until,
-                now,
-                next_run(schedule.schedule, now),
-                etag=response.etag,
-                last_modified=response.last_modified,
-                failures=0,
-                last_error="",
-                **extra,
-            ):
-                s.rollback()  # paused, deleted or taken over while we fetched: its next poll redoes this
-                return None
-        return (crawl.id, len(admission.seeds)) if crawl else None
+            log.warning("task %s: %s", task.id, event.error)
+            await self._publish(await asyncio.to_thread(self.record_completion, event, []))
 
-    def _record_feed_failure(self, schedule, lease_until: datetime, reason: str) -> None:
+    # ------------------------------------------------------------------ stopping crawls
+
+    def _finish_stopped_crawls(self) -> list[bus.Outgoing]:
+        out: list[bus.Outgoing] = []
+        with self.db.read() as s:
+            crawl_ids = q.stopped_crawls_with_open_snapshots(s)
+        for crawl_id in crawl_ids:
+            out += self.stop_crawl(crawl_id)
+        return out
+
+    def stop_crawl(self, crawl_id: str) -> list[bus.Outgoing]:
+        """Seal every open snapshot of a cancelled or failed crawl (unfinished hooks get
+        ``skipped``/``failed`` stand-ins saying why), then the crawl. Safe to repeat."""
         now = utcnow()
-        failures = schedule.failures + 1
+        out: list[bus.Outgoing] = []
         with self.db.write() as s:
-            q.finish_schedule_poll(
-                s, schedule, lease_until, now, now + backoff(failures), failures=failures, last_error=reason[:2000]
-            )
+            crawl = s.get(Crawl, crawl_id, populate_existing=True)
+            if crawl is None:
+                return []
+            q.seal_unstarted_snapshots(s, crawl_id, now)
+            for snap in q.started_snapshots(s, crawl_id):
+                out += self._stop_snapshot(s, crawl, snap, now)
+            if q.seal_crawl_if_done(s, crawl_id, now):
+                out.append(self._crawl_event(crawl_id, "sealed", now))
+        return out
+
+    def _stop_snapshot(self, s, crawl: Crawl, snap: Snapshot, now: datetime) -> list[bus.Outgoing]:
+        cancelled = crawl.cancelled_at is not None
+        reason = CANCELLED if cancelled else f"crawl failed: {crawl.error}"[:500]
+        q.cancel_open_tasks(s, snap.id, reason, now)
+        try:
+            hooks = self._plan(crawl).hooks_from(snap.stage)
+        except ValueError:
+            hooks = []
+        out = [
+            self._stand_in(snap, hook.plugin, hook.name, "skipped" if cancelled else "failed", reason) for hook in hooks
+        ]
+        if q.seal_snapshot(s, snap, now):
+            out.append(self._snapshot_event(snap, "sealed", now))
+        return out
 
     # ------------------------------------------------------------------ control
 
@@ -456,46 +430,87 @@ class CrawlRunner:
         """Apply a user's pause/resume/cancel/poll request (conditional updates, idempotent)."""
         kind = msg.subject.split(".")[1] if msg.subject.count(".") >= 2 else ""
         now = utcnow()
-        try:
-            if kind == "crawl":
-                request = decode(msg.data, CrawlControl)
-                action = {"pause": q.pause_crawl, "resume": q.resume_crawl, "cancel": q.cancel_crawl}[request.action]
-                target = request.crawl_id
-            elif kind == "schedule":
-                request = decode(msg.data, ScheduleControl)
-                action = {"poll": q.request_schedule_poll, "pause": q.pause_schedule, "resume": q.resume_schedule}[
-                    request.action
-                ]
-                target = request.schedule_id
-            else:
-                log.error("dropping control message on unknown subject %s", msg.subject)
-                return
-        except msgspec.ValidationError as exc:
-            log.error("dropping malformed control message on %s: %s", msg.subject, exc)
+        if kind == "schedule":
+            request = decode(msg.data, ScheduleControl)
+            action = {"poll": q.request_schedule_poll, "pause": q.pause_schedule, "resume": q.resume_schedule}
+            await asyncio.to_thread(self._apply, action[request.action], request.schedule_id, now)
+            log.info("schedule %s %s", request.schedule_id, request.action)
+            self.feeds.wake()
             return
-
-        def apply() -> bool:
-            with self.db.write() as s:
-                return action(s, target, now)
-
-        changed = await asyncio.to_thread(apply)
-        log.info("%s %s %s: %s", kind, target, request.action, "done" if changed else "nothing to change")
+        if kind != "crawl":
+            raise bus.Poison(f"control message on unknown subject {msg.subject}")
+        request = decode(msg.data, CrawlControl)
+        if request.action == "cancel":
+            await self.cancel(request.crawl_id)
+        else:
+            action = {"pause": q.pause_crawl, "resume": q.resume_crawl}[request.action]
+            changed = await asyncio.to_thread(self._apply, action, request.crawl_id, now)
+            log.info("crawl %s %s: %s", request.crawl_id, request.action, "done" if changed else "nothing to change")
         self._wake.set()
 
-    # ------------------------------------------------------------------ completions
+    def _apply(self, action, target: str, now: datetime) -> bool:
+        with self.db.write() as s:
+            return action(s, target, now)
 
-    async def _on_completed(self, msg) -> None:
-        try:
-            event = decode(msg.data, TaskCompleted)
-        except msgspec.ValidationError as exc:
-            log.error("dropping malformed task completion on %s: %s", msg.subject, exc)
+    async def cancel(self, crawl_id: str) -> None:
+        """Cancel a crawl: mark it, tell executors (``CANCELLED`` bucket) to kill its hooks and never
+        start one, seal its snapshots and then it. Idempotent (a redelivered request repeats the
+        bucket entry and finds nothing left to seal)."""
+        marked = await asyncio.to_thread(self._apply, q.cancel_crawl, crawl_id, utcnow())
+        with self.db.read() as s:
+            crawl = s.get(Crawl, crawl_id)
+            stopped = crawl is not None and (crawl.cancelled_at is not None or crawl.error)
+        if not stopped:
+            log.info("crawl %s cancel: nothing to cancel", crawl_id)
             return
+        await self.cancelled.put(crawl_id, utcnow().isoformat().encode())
+        await self._publish(await asyncio.to_thread(self.stop_crawl, crawl_id))
+        if marked:
+            log.info("crawl %s cancelled", crawl_id)
+
+    # ------------------------------------------------------------------ task events
+
+    async def _on_task_event(self, msg) -> None:
+        if ".started." in msg.subject:
+            started = decode(msg.data, TaskStarted)
+            await asyncio.to_thread(self._apply, q.mark_task_started, started.task_id, utcnow())
+            return
+        event = decode(msg.data, TaskCompleted)
         with tracer.start_as_current_span(
             "task.completed", context=telemetry.context_from(bus.headers_of(msg))
         ) as span:
             span.set_attribute("boxcar.task_id", event.task_id)
-            out = await asyncio.to_thread(self.record_completion, event)
+            discovered = list(event.discovered)
+            if event.discovered_object:
+                discovered += await self._read_discovered(event.discovered_object)
+            out = await asyncio.to_thread(self.record_completion, event, discovered)
             await self._publish(out)
+        if event.discovered_object:
+            try:
+                await self.discovered.delete(event.discovered_object)
+            except Exception as exc:  # already gone (a redelivery), or NATS blinked: the TTL cleans up
+                log.debug("discovered object %s: %s", event.discovered_object, exc)
+
+    async def _read_discovered(self, name: str) -> list[Seed]:
+        try:
+            result = await self.discovered.get(name)
+        except Exception as exc:
+            if "not found" in str(exc).lower():
+                log.info("discovered list %s already processed", name)
+                return []
+            raise
+        return [decode(line, Seed) for line in result.data.splitlines() if line.strip()]
+
+    async def _on_task_event_dead(self, msg, exc: BaseException) -> None:
+        """A task completion that kept failing: give its crawl up (with the error) so it ends."""
+        try:
+            event = decode(msg.data, TaskCompleted)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return
+        out = await asyncio.to_thread(self._give_up, event.crawl_id, f"recording a task failed: {exc}")
+        await self._publish(out)
+        await self.cancelled.put(event.crawl_id, b"failed")
+        await self._publish(await asyncio.to_thread(self.stop_crawl, event.crawl_id))
 
     async def _on_dead_task(self, msg) -> None:
         """A task exhausted its deliveries: record it failed so the snapshot can still seal."""
@@ -510,18 +525,15 @@ class CrawlRunner:
         deliveries = advisory.get("deliveries")
         log.warning("task %s gave up after %s deliveries", task.task_id, deliveries)
         event = TaskCompleted.of(
-            task,
-            status="failed",
-            error=f"task failed {deliveries} deliveries (executor crashed or timed out)",
+            task, status="failed", error=f"task failed {deliveries} deliveries (executor crashed or timed out)"
         )
-        out = await asyncio.to_thread(self.record_completion, event)
-        await self._publish(out)
+        await self._publish(await asyncio.to_thread(self.record_completion, event, []))
         try:
             await self.js.delete_msg(bus.TASKS_STREAM, seq)
         except Exception as exc:
             log.info("dead task seq %s already deleted (%s)", seq, exc)
 
-    def record_completion(self, event: TaskCompleted) -> list[bus.Outgoing]:
+    def record_completion(self, event: TaskCompleted, discovered: list[Seed]) -> list[bus.Outgoing]:
         """Record one task completion and move its snapshot on when its stage is done.
 
         Safe to run twice for the same event: the second run finds the task already recorded
@@ -530,66 +542,78 @@ class CrawlRunner:
         now = utcnow()
         with self.db.write() as s:
             snap = q.lock_snapshot_at_stage(s, event.snapshot_id, event.stage, now)
-            if snap is None:
+            task = s.get(SnapshotTask, event.task_id) if snap else None
+            if snap is None or task is None or task.attempt != snap.attempts:
                 log.debug("stale completion %s (snapshot moved on)", event.task_id)
                 return []
-            results = [msgspec.to_builtins(r) for r in event.results]
-            if not q.complete_task(s, event.task_id, event.status, results, event.error, now):
-                log.debug("duplicate completion %s", event.task_id)
+            out: list[bus.Outgoing] = []
+            if (
+                q.complete_task(s, event.task_id, TaskStatus(event.status), event.error, now)
+                and event.status == "failed"
+            ):
+                out += [
+                    self._stand_in(snap, hook.plugin, hook.name, "failed", event.error or "task failed")
+                    for hook in self.catalog.snapshot_hooks(task.plugins or [])
+                ]
             crawl = s.get(Crawl, snap.crawl_id)
-            if event.discovered and snap.depth < crawl.max_depth:
-                self._add_discovered(s, crawl, snap, event, now)
+            if event.family == "browser" or snap.http_status is None:
+                q.record_response(s, snap, event.http_status, event.final_url, event.network_error)
+            if discovered and snap.depth < crawl.max_depth and not self._stopped(crawl):
+                self._add_discovered(s, crawl, snap, discovered, now)
             if event.tags:
                 q.attach_tags(s, {snap.id: event.tags})
             if q.open_tasks(s, snap.id, snap.stage):
-                return []
-            return self._advance(s, crawl, snap, now)
+                return out
+            snap = s.get(Snapshot, snap.id, populate_existing=True)
+            return out + self._advance(s, crawl, snap, now, retry_after=event.retry_after)
 
-    def _add_discovered(self, s, crawl: Crawl, snap: Snapshot, event: TaskCompleted, now: datetime) -> None:
+    def _add_discovered(self, s, crawl: Crawl, snap: Snapshot, discovered: list[Seed], now: datetime) -> None:
         """Queue the URLs a snapshot's hooks found, as children one level deeper (URL policy applied)."""
-        config = crawl.config or {}
-        try:
-            url_filter = UrlFilter.from_config(config, self.settings.url_allowlist, self.settings.url_denylist)
-        except ValueError as exc:
-            log.error("crawl %s: %s; discovered URLs not filtered", crawl.id, exc)
-            url_filter = UrlFilter()
-        candidates = [
-            (
-                found.plugin or "hook",
-                Candidate(url=found.url, title=found.title, tags=found.tags, bookmarked_at=found.bookmarked_at),
-            )
-            for found in event.discovered
-        ]
-        admission = admit(
-            s, candidates, url_filter=url_filter, only_new=config_flag(config, "ONLY_NEW", self.settings.only_new)
-        )
-        items = [seed_snapshot(seed) for seed in admission.seeds if seed["url"] != snap.url]
-        created = q.insert_snapshots(
-            s,
-            crawl,
-            items,
-            depth=snap.depth + 1,
-            parent_id=snap.id,
-            now=now,
-            user=crawl.created_by,
-            max_urls=self._max_urls(crawl),
+        config = self._config(crawl)
+        admission = admit((d for d in discovered if d.url != snap.url), config.url_filter())
+        if config.only_new:
+            admission = admission.without(archived_keys(s, admission.seeds))
+        created, over = q.insert_snapshots(
+            s, crawl, admission.seeds, depth=snap.depth + 1, parent_id=snap.id, now=now, max_urls=config.max_urls
         )
         if created:
             log.info("snapshot %s discovered %d new URLs", snap.id, len(created))
             self._wake.set()
+        if over:
+            log.warning("snapshot %s: %d discovered URL(s) over CRAWL_MAX_URLS=%d", snap.id, over, config.max_urls)
 
-    def _advance(self, s, crawl: Crawl, snap: Snapshot, now: datetime) -> list[bus.Outgoing]:
-        """The current stage has no open task: dispatch the next stage, finalize, or seal."""
-        if snap.stage == FINALIZE_STAGE:
+    def _advance(
+        self, s, crawl: Crawl, snap: Snapshot, now: datetime, retry_after: float | None = None
+    ) -> list[bus.Outgoing]:
+        """The current stage has no open task: stop, capture again later, go on, or seal."""
+        if self._stopped(crawl):
+            return self._stop_snapshot(s, crawl, snap, now)
+        plan = self._plan(crawl)
+        config = self._config(crawl)
+        retryable = snap.http_status in RETRYABLE_STATUS or (snap.http_status is None and snap.network_error)
+        if snap.stage == plan.first_stage and retryable and snap.attempts < config.max_url_attempts:
+            delay = max(self.settings.url_retry_backoff * 2 ** (snap.attempts - 1), retry_after or 0)
+            if q.requeue_snapshot(s, snap, now + timedelta(seconds=delay), now):
+                why = f"HTTP {snap.http_status}" if snap.http_status else snap.network_error
+                log.info(
+                    "snapshot %s: %s; capturing again in %.0fs (attempt %d of %d)",
+                    snap.id,
+                    why[:200],
+                    delay,
+                    snap.attempts + 1,
+                    config.max_url_attempts,
+                )
+                return [self._snapshot_event(snap, "queued", now)]
+            return []
+        next_stage = plan.next_stage(snap.stage)
+        if next_stage is None:
             if not q.seal_snapshot(s, snap, now):
                 return []
             out = [self._snapshot_event(snap, "sealed", now)]
             if q.seal_crawl_if_done(s, crawl.id, now):
-                out.append(self._crawl_sealed(crawl.id, now))
+                out.append(self._crawl_event(crawl.id, "sealed", now))
             log.info("snapshot %s sealed", snap.id)
             return out
-        plan = self._plan(crawl)
-        next_stage = plan.next_stage(snap.stage)
         if not q.move_to_stage(s, snap, next_stage, now, self.snapshot_lease):
             return []
         snap.stage = next_stage
@@ -600,14 +624,12 @@ class CrawlRunner:
     def _dispatch_stage(
         self, s, crawl: Crawl, snap: Snapshot, plan: Plan, stage: int, now: datetime
     ) -> list[bus.Outgoing]:
-        kind = "finalize" if stage == FINALIZE_STAGE else "hooks"
-        tasks = q.insert_tasks(s, snap, stage, plan.families(stage), now, kind=kind)
-        return [self._task_message(s, crawl, snap, t) for t in tasks]
+        tasks = q.insert_tasks(s, snap, stage, plan.families(stage), now)
+        return [self._task_message(crawl, snap, t) for t in tasks]
 
-    def _task_message(self, s, crawl: Crawl, snap: Snapshot, task: SnapshotTask) -> bus.Outgoing:
+    def _task_message(self, crawl: Crawl, snap: Snapshot, task: SnapshotTask) -> bus.Outgoing:
         msg = HookTask(
             task_id=task.id,
-            kind=task.kind,
             crawl_id=crawl.id,
             snapshot_id=snap.id,
             url=snap.url,
@@ -615,37 +637,51 @@ class CrawlRunner:
             stage=task.stage,
             family=task.family,
             plugins=list(task.plugins or []),
-            config={k: str(v) for k, v in (crawl.config or {}).items()},
+            config=dict(crawl.config or {}),
             snap_dir=snap.output_dir,
             crawl_dir=crawl.output_dir,
             attempt=task.attempt,
+            credentials=snap.credentials or "",
         )
-        if task.kind == "finalize":
-            msg.snapshot = SnapshotInfo(
-                id=snap.id,
-                crawl_id=crawl.id,
-                url=snap.url,
-                depth=snap.depth,
-                parent_snapshot_id=snap.parent_snapshot_id,
-                title=snap.title,
-                tags=q.snapshot_tags(s, snap.id),
-                bookmarked_at=snap.bookmarked_at,
-                created_at=snap.created_at,
-            )
-            msg.results = msgspec.convert(q.task_results(s, snap.id), list[ResultSummary])
-        return bus.Outgoing.make(bus.task_subject(task.family), msg, f"{task.id}.{task.attempt}")
+        return bus.Outgoing.make(bus.task_subject(task.family), msg, task.id)
+
+    def _stand_in(self, snap: Snapshot, plugin: str, hook_name: str, status: str, reason: str) -> bus.Outgoing:
+        record = ArchiveResultRecord.stand_in(
+            snapshot_id=snap.id,
+            crawl_id=snap.crawl_id,
+            plugin=plugin,
+            hook_name=hook_name,
+            status=status,
+            reason=reason,
+        )
+        return bus.Outgoing.make(
+            bus.SUBJECT_ARCHIVERESULT, record, f"fallback.{snap.id}.{snap.attempts}.{plugin}.{hook_name}"
+        )
 
     def _snapshot_event(self, snap: Snapshot, status: str, now: datetime) -> bus.Outgoing:
         event = SnapshotEvent(
             snapshot_id=snap.id, crawl_id=snap.crawl_id, status=status, stage=snap.stage, runner=self.runner_id, at=now
         )
-        return bus.Outgoing.make(f"events.snapshot.{status}", event, f"snapshot.{snap.id}.{status}")
-
-    def _crawl_sealed(self, crawl_id: str, now: datetime) -> bus.Outgoing:
-        log.info("crawl %s sealed", crawl_id)
         return bus.Outgoing.make(
-            "events.crawl.sealed", CrawlEvent(crawl_id=crawl_id, status="sealed", at=now), f"crawl.{crawl_id}.sealed"
+            f"events.snapshot.{status}", event, f"snapshot.{snap.id}.{snap.attempts}.{snap.stage}.{status}"
         )
+
+    def _crawl_event(self, crawl_id: str, status: str, now: datetime) -> bus.Outgoing:
+        if status == "sealed":
+            log.info("crawl %s sealed", crawl_id)
+        return bus.Outgoing.make(
+            f"events.crawl.{status}", CrawlEvent(crawl_id=crawl_id, status=status, at=now), f"crawl.{crawl_id}.{status}"
+        )
+
+    # ------------------------------------------------------------------ crawl settings
+
+    @staticmethod
+    def _stopped(crawl: Crawl) -> bool:
+        return crawl.cancelled_at is not None or bool(crawl.error)
+
+    @staticmethod
+    def _config(crawl: Crawl) -> CrawlConfig:
+        return CrawlConfig(dict(crawl.config or {}))
 
     def _plan(self, crawl: Crawl) -> Plan:
         plan = self._plans.get(crawl.id)

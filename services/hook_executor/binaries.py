@@ -10,7 +10,6 @@ for the life of the process; a binary that cannot be had is cached as unavailabl
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -37,6 +36,32 @@ class ResolverUnreachable(Exception):
     """No binary-resolver answered (it may be starting): retry the task later."""
 
 
+class BinaryEnv(msgspec.Struct):
+    """What a hook's environment needs to find its binaries.
+
+    ``values`` are set as they are (``WGET_BINARY=/usr/bin/wget``); ``paths`` lists directories
+    to put in front of a search-path variable (``PATH``, ``NODE_PATH``), first entries first.
+    """
+
+    values: dict[str, str] = {}
+    paths: dict[str, list[str]] = {}
+
+    def merged(self, other: BinaryEnv) -> BinaryEnv:
+        """This env with ``other``'s values and, in front of ours, its directories."""
+        paths = {var: list(dirs) for var, dirs in self.paths.items()}
+        for var, dirs in other.paths.items():
+            paths[var] = list(dict.fromkeys([*dirs, *paths.get(var, [])]))
+        return BinaryEnv({**self.values, **other.values}, paths)
+
+    def apply(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the values set and the directories prepended."""
+        out = {**env, **self.values}
+        for var, dirs in self.paths.items():
+            if dirs:
+                out[var] = os.pathsep.join([*dirs, *([out[var]] if out.get(var) else [])])
+        return out
+
+
 class BinaryClient:
     """Resolve plugin binaries via the binary-resolver, with a per-process cache.
 
@@ -53,36 +78,34 @@ class BinaryClient:
         self._cache: dict[str, tuple[float, BinaryRecord | str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def env_for(self, plugin: str, records: list[tuple[str | None, dict[str, Any]]]) -> dict[str, str]:
-        """Environment additions that let ``plugin``'s hooks find their binaries.
+    async def env_for(self, plugin: str, records: list[tuple[str | None, dict[str, Any]]]) -> BinaryEnv:
+        """What lets ``plugin``'s hooks find their binaries.
 
         Args:
             records: ``[(config_key, hydrated required_binaries record)]`` from the catalogue.
-
-        Returns:
-            ``{"WGET_BINARY": "/usr/bin/wget", "PATH_PREPEND": "dir1:dir2"}``-style additions;
-            ``<VAR>_PREPEND`` lists directories to put in front of ``<VAR>`` (``PATH``,
-            ``NODE_PATH``).
 
         Raises:
             BinaryUnavailable: a binary cannot be had (the hook must be recorded failed).
             ResolverUnreachable: no resolver answered.
         """
-        env: dict[str, str] = {}
+        values: dict[str, str] = {}
         paths: dict[str, list[str]] = {"PATH": []}
         for config_key, record in records:
-            binary = await self.resolve(plugin, record)
+            binary = await self.resolve(BinaryRequest.from_record(record, plugin=plugin, machine=self.machine))
             if config_key:
-                env[config_key] = binary.abspath
+                values[config_key] = binary.abspath
             for var, entries in {"PATH": binary.bin_dirs, **binary.env_paths}.items():
-                paths.setdefault(var, []).extend(e for e in entries if e not in paths.setdefault(var, []))
-        for var, entries in paths.items():
-            if entries:
-                env[f"{var}_PREPEND"] = os.pathsep.join(entries)
-        return env
+                known = paths.setdefault(var, [])
+                known.extend(e for e in entries if e not in known)
+        return BinaryEnv(values, {var: dirs for var, dirs in paths.items() if dirs})
 
-    async def resolve(self, plugin: str, record: dict[str, Any]) -> BinaryRecord:
-        key = json.dumps(record, sort_keys=True, default=str)
+    async def resolve(self, request: BinaryRequest) -> BinaryRecord:
+        """The binary for ``request`` (cached; an unavailable one is retried after ``NEGATIVE_TTL``).
+
+        Raises:
+            BinaryUnavailable, ResolverUnreachable: as ``env_for``.
+        """
+        key = request.cache_key
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             cached = self._cache.get(key)
@@ -92,17 +115,6 @@ class BinaryClient:
                     return value
                 if time.monotonic() - at < NEGATIVE_TTL:
                     raise BinaryUnavailable(value)
-            request = BinaryRequest(
-                name=str(record.get("name", "")),
-                binproviders=_providers(record.get("binproviders")),
-                min_version=_opt_str(record.get("min_version")),
-                max_version=_opt_str(record.get("max_version")),
-                overrides=dict(record.get("overrides") or {}),
-                min_release_age=record.get("min_release_age"),
-                postinstall_scripts=record.get("postinstall_scripts"),
-                plugin=plugin,
-                machine=self.machine,
-            )
             reply_msg = await self._request(request)
             try:
                 reply = decode(reply_msg.data, BinaryReply)
@@ -110,7 +122,9 @@ class BinaryClient:
                 raise ResolverUnreachable(f"bad reply from binary-resolver: {exc}") from None
             if reply.ok and reply.binary is not None:
                 self._cache[key] = (time.monotonic(), reply.binary)
-                log.info("binary %s for %s: %s %s", request.name, plugin, reply.binary.abspath, reply.binary.version)
+                log.info(
+                    "binary %s for %s: %s %s", request.name, request.plugin, reply.binary.abspath, reply.binary.version
+                )
                 return reply.binary
             reason = f"binary {request.name!r} unavailable: {reply.error or 'not found'}"
             self._cache[key] = (time.monotonic(), reason)
@@ -134,13 +148,3 @@ class BinaryClient:
                 delay = min(delay * 2, 5.0)
             except (NatsTimeoutError, TimeoutError):
                 raise ResolverUnreachable(f"binary-resolver did not answer within {self.timeout:.0f}s") from None
-
-
-def _providers(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return str(value or "env")
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value in (None, "") else str(value)

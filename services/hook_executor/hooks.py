@@ -16,17 +16,20 @@ import json
 import logging
 import mimetypes
 import os
+import re
 import signal
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from boxcar.shared.db.models import utcnow
+from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import ArchiveResultRecord, DiscoveredURL, OutputFile, ProcessRecord
+from boxcar.shared.messages import ArchiveResultRecord, OutputFile, ProcessRecord, Seed
 from boxcar.shared.plugins import Hook
 from boxcar.shared.procutil import die_with_parent
+from boxcar.shared.storage import display_path
+from boxcar.shared.urls import InvalidURL
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,8 @@ EXIT_SKIPPED = 10
 mimetypes.add_type("application/warc", ".warc")  # so x.warc.gz is application/warc (gzip-encoded)
 STREAM_LIMIT = 16 * 1024 * 1024  # longest stdout line we accept (a record with big output_json)
 TAIL_BYTES = 64 * 1024  # stdout/stderr kept on the Process record
+HEAD_BYTES = 16 * 1024  # the start of stderr, kept too (wget logs the page's own response first)
+MAX_RECORDS = 100_000  # JSONL records kept per run (discovered links of a huge page)
 SMALL_JSON = 64 * 1024  # a result's JSON file up to this size is inlined as its output_json
 _STATUS_ALIASES = {
     "success": "succeeded",
@@ -45,6 +50,9 @@ _STATUS_ALIASES = {
     "error": "failed",
 }
 _FINAL = ("succeeded", "failed", "skipped", "noresults")
+#: ``noresults`` that means "this plugin does not apply to this kind of page" (a PDF for the DOM
+#: plugins, an HTML page for staticfile): recorded as ``skipped``, with the hook's reason.
+NOT_APPLICABLE = re.compile(r"already handled|not HTML|\(not staticfile\)", re.IGNORECASE)
 
 
 _die_with_parent = die_with_parent(signal.SIGKILL)
@@ -58,7 +66,11 @@ def normalize_status(value: Any) -> str:
 
 
 def scan_files(root: Path) -> dict[str, tuple[int, int]]:
-    """``{relpath: (size, mtime_ns)}`` of regular files under ``root`` (symlinks not followed)."""
+    """``{relpath: (size, mtime_ns)}`` of regular files under ``root`` (symlinks not followed).
+
+    A name that is not valid UTF-8 (wget saves ``?q=H%F6he`` with the raw byte 0xF6) is given in
+    its ``display_path`` form, so results and messages can always carry it.
+    """
     out: dict[str, tuple[int, int]] = {}
     if not root.is_dir():
         return out
@@ -70,7 +82,7 @@ def scan_files(root: Path) -> dict[str, tuple[int, int]]:
             except OSError:
                 continue
             if not path.is_symlink():
-                out[path.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns)
+                out[display_path(path.relative_to(root).as_posix())] = (st.st_size, st.st_mtime_ns)
     return out
 
 
@@ -108,10 +120,12 @@ class HookProcess:
         self.started_at: datetime | None = None
         self.ended_at: datetime | None = None
         self.timed_out = False
+        self.cancelled = False
         self.records: list[dict[str, Any]] = []
         self._stdout_tail: list[str] = []
         self._stdout_size = 0
         self._stderr = bytearray()
+        self._stderr_head = bytearray()
         self._ready = asyncio.Event()
         self._readers: list[asyncio.Task] = []
         self._files_before: dict[str, tuple[int, int]] = {}
@@ -158,7 +172,7 @@ class HookProcess:
                     record = json.loads(stripped)
                 except ValueError:
                     continue
-                if isinstance(record, dict) and record.get("type"):
+                if isinstance(record, dict) and record.get("type") and len(self.records) < MAX_RECORDS:
                     self.records.append(record)
         self._ready.set()
 
@@ -171,6 +185,8 @@ class HookProcess:
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr
         while chunk := await self.proc.stderr.read(65536):
+            if len(self._stderr_head) < HEAD_BYTES:
+                self._stderr_head.extend(chunk[: HEAD_BYTES - len(self._stderr_head)])
             self._stderr.extend(chunk)
             if len(self._stderr) > TAIL_BYTES:
                 del self._stderr[: len(self._stderr) - TAIL_BYTES]
@@ -178,30 +194,44 @@ class HookProcess:
     def _remaining(self) -> float:
         return max(0.0, self._deadline - asyncio.get_running_loop().time())
 
-    async def wait_ready(self) -> None:
-        """Background hooks: wait for the first stdout line (or exit), at most until the deadline."""
-        ready = asyncio.create_task(self._ready.wait())
-        exited = asyncio.create_task(self.proc.wait())
-        await asyncio.wait({ready, exited}, timeout=self._remaining(), return_when=asyncio.FIRST_COMPLETED)
-        for t in (ready, exited):
+    async def wait_ready(self, cancelled: asyncio.Event | None = None) -> None:
+        """Background hooks: wait for the first stdout line (or exit), at most until the deadline
+        or until ``cancelled`` is set."""
+        waiters = {asyncio.create_task(self._ready.wait()), asyncio.create_task(self.proc.wait())}
+        if cancelled is not None:
+            waiters.add(asyncio.create_task(cancelled.wait()))
+        await asyncio.wait(waiters, timeout=self._remaining(), return_when=asyncio.FIRST_COMPLETED)
+        for t in waiters:
             t.cancel()
 
-    async def wait(self) -> None:
-        """Wait for exit; past the deadline, kill the group and mark the run timed out."""
+    async def wait(self, cancelled: asyncio.Event | None = None) -> None:
+        """Wait for exit; past the deadline kill the group and mark the run timed out; when
+        ``cancelled`` is set first, kill it and mark the run cancelled."""
         if self.proc.returncode is None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self.proc.wait()), self._remaining())
-            except TimeoutError:
-                self.timed_out = True
+            exited = asyncio.create_task(self.proc.wait())
+            waiters = {exited}
+            if cancelled is not None:
+                waiters.add(asyncio.create_task(cancelled.wait()))
+            await asyncio.wait(waiters, timeout=self._remaining(), return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters - {exited}:
+                waiter.cancel()
+            if self.proc.returncode is None:
+                if cancelled is not None and cancelled.is_set():
+                    self.cancelled = True
+                else:
+                    self.timed_out = True
                 await self.kill()
+            exited.cancel()
         await self._finish()
 
-    async def stop(self) -> None:
+    async def stop(self, cancelled: asyncio.Event | None = None) -> None:
         """End a background hook: SIGTERM its group (daemons flush and exit; finite downloaders
-        ignore it and finish), then wait until its deadline, then SIGKILL."""
+        ignore it and finish), then wait until its deadline — but at least ``kill_grace``
+        seconds, so a daemon stopped after its deadline still gets to report — then SIGKILL."""
         if self.proc.returncode is None:
             self._signal_group(signal.SIGTERM)
-        await self.wait()
+            self._deadline = max(self._deadline, asyncio.get_running_loop().time() + self.kill_grace)
+        await self.wait(cancelled)
 
     async def kill(self) -> None:
         """SIGTERM the process group, then SIGKILL after the grace period."""
@@ -240,7 +270,9 @@ class HookProcess:
         record = next((r for r in reversed(self.records) if r.get("type") == "ArchiveResult"), None)
         output_str = str((record or {}).get("output_str") or "")
         notes = ""
-        if self.timed_out:
+        if self.cancelled:
+            status, output_str, notes = "skipped", "cancelled", "cancelled: the crawl was cancelled while the hook ran"
+        elif self.timed_out:
             status, notes = "failed", f"Hook timed out after {self.timeout} seconds"
         elif self.exit_code == EXIT_SKIPPED:
             status = "skipped"
@@ -251,6 +283,8 @@ class HookProcess:
             status = "noresults"
         else:
             status = normalize_status(record.get("status"))
+            if status == "noresults" and NOT_APPLICABLE.search(output_str):
+                status = "skipped"
             if status == "failed":
                 notes = str(record.get("error") or output_str or self.stderr_tail(2000).strip())
         files = self.output_files()
@@ -315,6 +349,10 @@ class HookProcess:
     def stderr_tail(self, limit: int) -> str:
         return bytes(self._stderr[-limit:]).decode("utf-8", "replace")
 
+    def stderr_head(self) -> str:
+        """The first ``HEAD_BYTES`` of stderr (what a downloader says about the page itself)."""
+        return bytes(self._stderr_head).decode("utf-8", "replace")
+
     def output_files(self) -> dict[str, OutputFile]:
         after = scan_files(self.plugin_dir)
         return {
@@ -323,8 +361,10 @@ class HookProcess:
             if self._files_before.get(rel) != meta
         }
 
-    def discovered(self) -> list[DiscoveredURL]:
-        """URLs the hook reported with ``{"type": "Snapshot", "url": ...}`` records."""
+    def discovered(self) -> list[Seed]:
+        """URLs the hook reported with ``{"type": "Snapshot", "url": ...}`` records, as ``Seed``s
+        (canonicalized here, where they enter Boxcar; credentials in them are dropped; invalid
+        ones are left out)."""
         out = []
         for r in self.records:
             if r.get("type") != "Snapshot" or not isinstance(r.get("url"), str):
@@ -340,15 +380,18 @@ class HookProcess:
             if bookmarked_at is not None and bookmarked_at.tzinfo is None:
                 bookmarked_at = None
             title = r.get("title")
-            out.append(
-                DiscoveredURL(
-                    url=r["url"],
-                    title=title if isinstance(title, str) and title else None,
-                    tags=[str(t) for t in tags if t],
-                    bookmarked_at=bookmarked_at,
-                    plugin=self.hook.plugin,
+            try:
+                out.append(
+                    Seed.parse(
+                        r["url"],
+                        title=title if isinstance(title, str) else None,
+                        tags=[str(t) for t in tags if t] if isinstance(tags, list) else [],
+                        bookmarked_at=bookmarked_at,
+                        source=self.hook.plugin,
+                    )
                 )
-            )
+            except InvalidURL:
+                continue
         return out
 
     def tags(self) -> list[str]:

@@ -8,6 +8,10 @@ each hook gets ``BOXCAR_WORKER_ID``, and Chromium inherits it. Each executor reg
 ``DATA_DIR/tmp/<machine>/workers/<worker_id>.json`` (pid + process start time, so a reused pid
 is not mistaken for the worker); at start, an executor kills every process whose environment
 names a worker that is no longer alive, then drops that worker's registration.
+
+The registration also lists the reply subjects of the tasks the worker holds, so the executor
+that finds a dead one hands its tasks back to JetStream at once (a ``-NAK`` to each) instead of
+leaving them until their ack deadline: a crashed stack resumes the moment it is restarted.
 """
 
 from __future__ import annotations
@@ -33,12 +37,36 @@ def _start_time(pid: int) -> float | None:
         return None
 
 
-def register(registry: Path, worker_id: str) -> Path:
-    """Record this process as the live worker ``worker_id``; returns the registration file."""
-    registry.mkdir(parents=True, exist_ok=True)
-    path = registry / f"{worker_id}.json"
-    path.write_text(json.dumps({"pid": os.getpid(), "started": _start_time(os.getpid())}))
-    return path
+class Registration:
+    """This process as the live worker ``worker_id`` in ``registry``, with the tasks it holds."""
+
+    def __init__(self, registry: Path, worker_id: str) -> None:
+        registry.mkdir(parents=True, exist_ok=True)
+        self.path = registry / f"{worker_id}.json"
+        self.held: set[str] = set()
+        self._write()
+
+    def _write(self) -> None:
+        data = {"pid": os.getpid(), "started": _start_time(os.getpid()), "held": sorted(self.held)}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
+
+    def hold(self, reply: str | None) -> None:
+        """A task (its ack reply subject) is now in this worker's hands."""
+        if reply:
+            self.held.add(reply)
+            self._write()
+
+    def release(self, reply: str | None) -> None:
+        """The task was acked, nak'ed or terminated."""
+        if reply in self.held:
+            self.held.discard(reply)
+            self._write()
+
+    def remove(self) -> None:
+        """Clean shutdown: nothing is left to hand back."""
+        self.path.unlink(missing_ok=True)
 
 
 def processes_with(var: str, values: set[str]) -> list[psutil.Process]:
@@ -66,24 +94,32 @@ def kill_all(procs: list[psutil.Process]) -> int:
     return len(procs)
 
 
-def sweep_dead_workers(registry: Path) -> int:
-    """Kill the leftovers of every registered worker that is gone; returns processes killed."""
+def sweep_dead_workers(registry: Path) -> list[str]:
+    """Kill the leftovers of every registered worker that is gone, drop its registration, and
+    return the reply subjects of the tasks it held (to hand back)."""
     if not registry.is_dir():
-        return 0
+        return []
     dead: dict[str, Path] = {}
+    held: list[str] = []
     for path in registry.glob("*.json"):
         try:
             info = json.loads(path.read_text())
             alive = _start_time(int(info["pid"])) == info.get("started")
         except (OSError, ValueError, KeyError, TypeError):
-            alive = False
+            info, alive = {}, False
         if not alive:
             dead[path.stem] = path
+            held.extend(r for r in info.get("held") or [] if isinstance(r, str) and r.startswith("$JS.ACK."))
     if not dead:
-        return 0
+        return []
     killed = kill_all(processes_with(WORKER_ENV, set(dead)))
     for path in dead.values():
         path.unlink(missing_ok=True)
-    if killed:
-        log.warning("killed %d process(es) left by dead worker(s) %s", killed, ", ".join(sorted(dead)))
-    return killed
+    if killed or held:
+        log.warning(
+            "dead worker(s) %s: killed %d leftover process(es), handing back %d task(s)",
+            ", ".join(sorted(dead)),
+            killed,
+            len(held),
+        )
+    return held

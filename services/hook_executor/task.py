@@ -1,12 +1,19 @@
-"""Executing one ``HookTask``: a family's hooks on one snapshot, or the snapshot's finalize step.
+"""Executing one ``HookTask``: a family's hooks on one snapshot.
 
 Inside a task the family's hooks run in ``(NN, name)`` order. A foreground hook runs to
 completion before the next starts; a background (``.bg``) hook is started and waited for only
 until its first stdout line, then runs alongside the later hooks. Before a plugin marked
 ``wait_for_background_cleanup`` runs, and at the end of the task, background hooks are stopped
 (SIGTERM to the group, then SIGKILL at their deadline), dependents before the plugins they need
-(a recorder before the tab it listens to). After each hook its Process and ArchiveResult events
-are published; the caller publishes the returned ``TaskCompleted`` and only then acks the task.
+(a recorder before the tab it listens to). Whatever ends the task (done, crash, cancel,
+shutdown), every process it started is reaped.
+
+Every hook ends with an ArchiveResult: its own, or a ``failed`` one saying why it could not be
+had (binary missing, spawn error, a result that could not be recorded), or ``skipped``:
+``cancelled`` when the crawl was cancelled (its running hooks are killed at once). After each
+hook its Process and ArchiveResult events are published; the caller publishes the returned
+``TaskCompleted`` (with the page's HTTP status, final URL and discovered URLs) and only then
+acks the task.
 
 Hooks are started with their interpreter (``python3 hook.py`` / ``node hook.js``), never through
 their ``abxpkg run --script`` shebang: binaries come from the binary-resolver, ahead of time.
@@ -17,31 +24,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import shutil
-import sys
+import time
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
 
+from boxcar.hook_executor import documents, responses
 from boxcar.hook_executor.binaries import BinaryClient, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable
+from boxcar.hook_executor.cancellations import Cancellations
+from boxcar.hook_executor.environment import HookEnvironment
 from boxcar.hook_executor.hooks import HookProcess
-from boxcar.hook_executor.reaper import WORKER_ENV
 from boxcar.shared import bus, telemetry
-from boxcar.shared.db.models import utcnow
+from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import ArchiveResultRecord, HookTask, ResultSummary, TaskCompleted
-from boxcar.shared.plugins import PRIVATE_ENV_KEYS, Hook, PluginCatalog
+from boxcar.shared.messages import ArchiveResultRecord, HookTask, ProcessRecord, TaskCompleted, TaskStarted, encode
+from boxcar.shared.plugins import Hook, PluginCatalog
+from boxcar.shared.secrets import SecretUnavailable
 from boxcar.shared.settings import Settings
-from boxcar.shared.storage import write_atomic
+from boxcar.shared.urls import strip_userinfo
 
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer("boxcar.hook_executor")
+
+#: Discovered URLs above this many encoded bytes go to the DISCOVERED object store, not the message.
+INLINE_DISCOVERED_BYTES = 256 * 1024
 
 
 class TaskExecutor:
@@ -49,21 +59,31 @@ class TaskExecutor:
 
     Args:
         settings: process settings (``DATA_DIR``, grace periods, machine name, browser limits).
-        js: JetStream context used to publish Process/ArchiveResult events.
+        js: JetStream context used to publish events.
         catalog: the plugin catalogue.
         binaries: resolver client for ``required_binaries``.
         worker_id: this process's id; every hook (and the browser) carries it as ``BOXCAR_WORKER_ID``.
+        cancellations: the ``CANCELLED`` bucket's watcher.
+        discovered_store: the ``DISCOVERED`` object store.
     """
 
     def __init__(
-        self, settings: Settings, js: JetStreamContext, catalog: PluginCatalog, binaries: BinaryClient, worker_id: str
+        self,
+        settings: Settings,
+        js: JetStreamContext,
+        catalog: PluginCatalog,
+        binaries: BinaryClient,
+        worker_id: str,
+        cancellations: Cancellations,
+        discovered_store=None,
     ) -> None:
         self.settings = settings
         self.js = js
         self.catalog = catalog
         self.binaries = binaries
         self.worker_id = worker_id
-        self.running: set[HookProcess] = set()
+        self.cancellations = cancellations
+        self.discovered_store = discovered_store
         self.tmp_root = settings.data_dir / "tmp" / settings.machine_name
         self.browser = (
             BrowserSession(
@@ -78,197 +98,245 @@ class TaskExecutor:
             else None
         )
 
-    async def execute(self, task: HookTask) -> TaskCompleted:
-        """Run the task and return its completion (hook failures are results, not exceptions).
+    async def execute(self, task: HookTask) -> TaskCompleted | None:
+        """Run the task and return its completion (hook failures are results, not exceptions);
+        None for a task of a cancelled crawl, which runs nothing.
 
         Raises:
             ResolverUnreachable: no binary-resolver answered (retry the task later).
             asyncio.CancelledError: the executor is shutting down; started hooks were killed.
         """
-        if task.kind == "finalize":
-            return await asyncio.to_thread(self.finalize, task)
+        if await self.cancellations.is_cancelled(task.crawl_id):
+            log.info("task %s: crawl %s is cancelled; not running it", task.task_id, task.crawl_id)
+            return None
+        started = TaskStarted(
+            task_id=task.task_id,
+            crawl_id=task.crawl_id,
+            snapshot_id=task.snapshot_id,
+            family=task.family,
+            worker=self.worker_id,
+        )
+        await bus.publish(self.js, bus.task_started_subject(task.family), started, msg_id=f"{task.task_id}.started")
         needs_browser = self.browser is not None and "chrome" in self.catalog.with_requirements(task.plugins)
-        async with contextlib.AsyncExitStack() as stack:
-            crawl_dir = None
-            if needs_browser:
-                try:
-                    crawl_dir = await stack.enter_async_context(self.browser.lease())
-                except BrowserUnavailable as exc:
-                    return await self._fail_all(task, f"browser unavailable: {exc}")
-            return await self._run_hooks(task, crawl_dir)
+        with self.cancellations.watching(task.crawl_id) as cancelled:
+            async with contextlib.AsyncExitStack() as stack:
+                browser_dir = None
+                if needs_browser:
+                    try:
+                        browser_dir = await stack.enter_async_context(self.browser.lease())
+                    except BrowserUnavailable as exc:
+                        return await self._fail_all(task, f"browser unavailable: {exc}")
+                completed = await TaskRun(self, task, browser_dir, cancelled).run()
+        return await self._with_discovered(completed)
 
     async def close(self) -> None:
         """Stop this worker's browser (executor shutdown)."""
         if self.browser is not None:
             await self.browser.close()
 
-    async def _run_hooks(self, task: HookTask, browser_dir: Path | None) -> TaskCompleted:
-        snap_dir = self.settings.data_dir / task.snap_dir
-        tmp_dir = self.tmp_root / "tasks" / task.task_id
-        environ = self._environ(task.config)
-        resolved = self.catalog.resolve_config(task.plugins, environ)
-        crawl_dir = browser_dir or (self.settings.data_dir / task.crawl_dir if task.crawl_dir else snap_dir)
-        base_env = {
-            **environ,
-            **self.catalog.hook_env(task.plugins, resolved),
-            **self._paths(snap_dir, crawl_dir, tmp_dir, browser_dir),
-        }
-        completed = TaskCompleted.of(task)
-        background: list[HookProcess] = []
-        try:
-            for hook in self.catalog.snapshot_hooks(task.plugins):
-                if self.catalog[hook.plugin].waits_for_background and background:
-                    await self._stop_background(task, background, completed)
-                try:
-                    binary_env = await self._binary_env(hook.plugin, resolved)
-                except BinaryUnavailable as exc:
-                    await self._report_unavailable(task, hook, str(exc), completed)
-                    continue
-                proc = self._process(
-                    hook,
-                    snap_dir / hook.plugin,
-                    base_env,
-                    binary_env,
-                    resolved,
-                    [f"--url={task.url}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"],
-                    {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id},
-                )
-                self.running.add(proc)
-                with tracer.start_as_current_span(f"hook {hook.name}") as span:
-                    span.set_attribute("boxcar.plugin", hook.plugin)
-                    await proc.start()
-                    if hook.is_background:
-                        await proc.wait_ready()
-                        background.append(proc)
-                        continue
-                    await proc.wait()
-                    span.set_attribute("process.exit_code", proc.exit_code if proc.exit_code is not None else -1)
-                await self._report(task, proc, completed)
-            await self._stop_background(task, background, completed)
-        except asyncio.CancelledError:
-            await asyncio.shield(self._kill_all())
-            raise
-        finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-        return completed
-
-    # ------------------------------------------------------------------ environment
-
-    def _environ(self, overrides: dict[str, str]) -> dict[str, str]:
-        """The string settings hooks see: our environment (minus secrets), then the crawl's overrides."""
-        env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV_KEYS}
-        env["ABXPKG_LIB_DIR"] = str(self.settings.lib_dir)
-        env.update(overrides)
-        return env
-
-    def _paths(self, snap_dir: Path, crawl_dir: Path, tmp_dir: Path, browser_dir: Path | None) -> dict[str, str]:
-        data = self.settings.data_dir
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        lib = self.settings.lib_dir
-        path = os.pathsep.join([str(Path(sys.executable).parent), str(lib / "env" / "bin"), os.environ.get("PATH", "")])
-        env = {
-            "SNAP_DIR": str(snap_dir),
-            "CRAWL_DIR": str(crawl_dir),
-            "DATA_DIR": str(data),
-            "TMP_DIR": str(tmp_dir),
-            "ABXPKG_LIB_DIR": str(lib),
-            "PATH": path,
-            "PYTHON3_BINARY": sys.executable,
-            WORKER_ENV: self.worker_id,
-            "PERSONAS_DIR": str((browser_dir or tmp_dir) / "personas"),
-        }
-        return env
-
-    async def _binary_env(self, plugin: str, resolved: dict) -> dict[str, str]:
-        """Binaries of ``plugin`` and of the plugins it requires (a chrome hook needs chrome's node)."""
-        env: dict[str, str] = {}
-        for name in self.catalog.with_requirements([plugin]):
-            section = {**resolved.get("base", {}), **resolved.get(name, {})}
-            found = await self.binaries.env_for(
-                name, self.catalog.required_binaries(name, section, str(self.settings.lib_dir))
-            )
-            for key, value in found.items():
-                env[key] = f"{value}{os.pathsep}{env[key]}" if key.endswith("_PREPEND") and key in env else value
-        return env
-
-    def _process(
-        self,
-        hook: Hook,
-        cwd: Path,
-        base_env: dict[str, str],
-        binary_env: dict[str, str],
-        resolved: dict,
-        args: list[str],
-        context: dict[str, Any],
-    ) -> HookProcess:
-        env = dict(base_env)
-        for key, value in binary_env.items():
-            if key.endswith("_PREPEND"):
-                var = key.removesuffix("_PREPEND")
-                env[var] = value + (os.pathsep + env[var] if env.get(var) else "")
-            else:
-                env[key] = value
-        env["EXTRA_CONTEXT"] = json.dumps({**context, "plugin": hook.plugin, "hook_name": hook.name})
-        # W3C context for hooks, as the OpenTelemetry environment-carrier convention spells it.
-        env.update({k.upper(): v for k, v in telemetry.current_carrier().items()})
-        section = resolved.get(hook.plugin, {})
-        timeout = int(section.get(f"{hook.plugin.upper()}_TIMEOUT") or resolved.get("base", {}).get("TIMEOUT") or 60)
-        interpreter = sys.executable if hook.language == "python" else env.get("NODE_BINARY", "node")
-        return HookProcess(
-            hook, [interpreter, hook.path, *args], cwd, env, timeout, kill_grace=self.settings.hook_kill_grace
+    async def _with_discovered(self, completed: TaskCompleted) -> TaskCompleted:
+        """Move a long discovered list out of the message into the object store."""
+        if not completed.discovered or self.discovered_store is None:
+            return completed
+        lines = b"\n".join(encode(seed) for seed in completed.discovered)
+        if len(lines) <= INLINE_DISCOVERED_BYTES:
+            return completed
+        name = completed.task_id
+        await self.discovered_store.put(name, lines)
+        return msgspec.structs.replace(
+            completed, discovered=[], discovered_object=name, discovered_count=len(completed.discovered)
         )
 
     async def _crawl_setup_process(self, hook: Hook, crawl_dir: Path, extra_env: dict[str, str]) -> HookProcess:
         """A CrawlSetup hook (the browser's launch/wait) run with this worker's environment."""
-        environ = self._environ({})
-        resolved = self.catalog.resolve_config([hook.plugin], environ)
-        tmp_dir = crawl_dir / "tmp"
-        base_env = {
-            **environ,
-            **self.catalog.hook_env([hook.plugin], resolved),
-            **self._paths(crawl_dir, crawl_dir, tmp_dir, crawl_dir),
-            **extra_env,
-        }
+        env = HookEnvironment(
+            settings=self.settings,
+            catalog=self.catalog,
+            binaries=self.binaries,
+            plugins=[hook.plugin],
+            config={},
+            dirs={
+                "SNAP_DIR": crawl_dir,
+                "CRAWL_DIR": crawl_dir,
+                "TMP_DIR": crawl_dir / "tmp",
+                "PERSONAS_DIR": crawl_dir / "personas",
+            },
+            worker_id=self.worker_id,
+        )
+        (crawl_dir / "tmp").mkdir(parents=True, exist_ok=True)
         try:
-            binary_env = await self._binary_env(hook.plugin, resolved)
+            binary_env = await env.binary_env(hook.plugin)
         except BinaryUnavailable as exc:
             raise BrowserUnavailable(str(exc)) from None
-        return self._process(
+        hook_env = {**env.hook_env(hook, binary_env, {"worker_id": self.worker_id}), **extra_env}
+        return HookProcess(
             hook,
+            env.argv(hook, hook_env, ["--url=about:blank"]),
             crawl_dir / hook.plugin,
-            base_env,
-            binary_env,
-            resolved,
-            ["--url=about:blank"],
-            {"worker_id": self.worker_id},
+            hook_env,
+            env.timeout(hook),
+            kill_grace=self.settings.hook_kill_grace,
         )
 
-    # ------------------------------------------------------------------ stopping and reporting
+    async def _fail_all(self, task: HookTask, reason: str) -> TaskCompleted:
+        """Every hook of the task failed for one reason (e.g. no browser): record each, then complete."""
+        completed = TaskCompleted.of(task)
+        for hook in self.catalog.snapshot_hooks(task.plugins):
+            await self.publish_result(_result(task, hook, "failed", reason))
+        log.warning("task %s: every hook failed: %s", task.task_id, reason)
+        return completed
 
-    async def _stop_background(self, task: HookTask, background: list[HookProcess], completed: TaskCompleted) -> None:
+    async def publish_result(self, result: ArchiveResultRecord, process: ProcessRecord | None = None) -> None:
+        if process is not None:
+            await bus.publish(self.js, bus.SUBJECT_PROCESS_COMPLETED, process, msg_id=f"process.{process.id}")
+        await bus.publish(self.js, bus.SUBJECT_ARCHIVERESULT, result, msg_id=f"archiveresult.{result.id}")
+
+
+class TaskRun:
+    """One run of one task's hooks (see the module docstring)."""
+
+    def __init__(self, executor: TaskExecutor, task: HookTask, browser_dir: Path | None, cancelled: asyncio.Event):
+        self.x = executor
+        self.task = task
+        self.cancelled = cancelled
+        self.completed = TaskCompleted.of(task)
+        self.snap_dir = executor.settings.data_dir / task.snap_dir
+        self.tmp_dir = executor.tmp_root / "tasks" / task.task_id
+        crawl_dir = browser_dir or (executor.settings.data_dir / task.crawl_dir if task.crawl_dir else self.snap_dir)
+        self.dirs = {"SNAP_DIR": self.snap_dir, "CRAWL_DIR": crawl_dir, "TMP_DIR": self.tmp_dir}
+        if browser_dir is not None:
+            self.dirs["PERSONAS_DIR"] = browser_dir / "personas"
+        self.started: list[HookProcess] = []
+        self.background: list[HookProcess] = []
+        self.wget_log = ""
+        self.navigate_error = ""
+
+    async def run(self) -> TaskCompleted:
+        task = self.task
+        hooks = self.x.catalog.snapshot_hooks(task.plugins)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            env = HookEnvironment(
+                settings=self.x.settings,
+                catalog=self.x.catalog,
+                binaries=self.x.binaries,
+                plugins=task.plugins,
+                config=task.config,
+                dirs=self.dirs,
+                worker_id=self.x.worker_id,
+                url=task.url,
+                credentials=task.credentials,
+            )
+        except SecretUnavailable as exc:
+            for hook in hooks:
+                await self.x.publish_result(_result(task, hook, "failed", str(exc)))
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            return self.completed
+        self.env = env
+        began = time.time_ns() - 1_000_000_000
+        try:
+            for hook in hooks:
+                await self._run_hook(hook)
+            await self._stop_background()
+        finally:
+            await asyncio.shield(self._reap())
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            if env.secrets:
+                await asyncio.to_thread(env.scrub, self.snap_dir, began)
+        self._page_response()
+        if self.cancelled.is_set():
+            self.completed.status = "cancelled"
+        return self.completed
+
+    async def _run_hook(self, hook: Hook) -> None:
+        task, env = self.task, self.env
+        if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
+            await self.x.publish_result(_result(task, hook, "skipped", "cancelled"))
+            return
+        if self.x.catalog[hook.plugin].waits_for_background and self.background:
+            await self._stop_background()
+        try:
+            binary_env = await env.binary_env(hook.plugin)
+        except BinaryUnavailable as exc:
+            await self.x.publish_result(_result(task, hook, "skipped", str(exc)))
+            log.warning("%s %s skipped: %s", task.snapshot_id, hook.name, exc)
+            return
+        hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
+        args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
+        proc = HookProcess(
+            hook,
+            env.argv(hook, hook_env, args),
+            self.snap_dir / hook.plugin,
+            hook_env,
+            env.timeout(hook),
+            kill_grace=self.x.settings.hook_kill_grace,
+        )
+        with tracer.start_as_current_span(f"hook {hook.name}") as span:
+            span.set_attribute("boxcar.plugin", hook.plugin)
+            try:
+                await proc.start()
+            except OSError as exc:
+                await self.x.publish_result(_result(task, hook, "failed", f"could not start the hook: {exc}"))
+                return
+            self.started.append(proc)
+            if hook.is_background:
+                await proc.wait_ready(self.cancelled)
+                self.background.append(proc)
+                return
+            await proc.wait(self.cancelled)
+            span.set_attribute("process.exit_code", proc.exit_code if proc.exit_code is not None else -1)
+        await self._report(proc)
+
+    async def _stop_background(self) -> None:
         """Stop background hooks, those of plugins nothing else here requires first (recorders
         before the tab they listen to), each wave in parallel."""
-        procs, background[:] = list(background), []
+        procs, self.background = list(self.background), []
         running = {p.hook.plugin for p in procs}
-        needed = {req for p in running for req in self.catalog[p].required_plugins if req in running}
+        needed = {req for p in running for req in self.x.catalog[p].required_plugins if req in running}
         for wave in ([p for p in procs if p.hook.plugin not in needed], [p for p in procs if p.hook.plugin in needed]):
-            await asyncio.gather(*(p.stop() for p in wave))
+            await asyncio.gather(*(p.stop(self.cancelled) for p in wave))
             for proc in wave:
-                await self._report(task, proc, completed)
+                await self._report(proc)
 
-    async def _kill_all(self) -> None:
-        await asyncio.gather(
-            *(p.kill() for p in list(self.running) if p.proc and p.proc.returncode is None), return_exceptions=True
-        )
+    async def _reap(self) -> None:
+        """Kill whatever this task started that still runs (a crash or shutdown mid-task)."""
+        alive = [p for p in self.started if p.proc is not None and p.proc.returncode is None]
+        await asyncio.gather(*(p.kill() for p in alive), return_exceptions=True)
 
-    async def _report(self, task: HookTask, proc: HookProcess, completed: TaskCompleted) -> None:
-        self.running.discard(proc)
-        result = proc.archive_result(task.snapshot_id, task.crawl_id)
-        process = proc.process_record(task.snapshot_id, task.crawl_id, self.settings.machine_name)
-        await bus.publish(self.js, bus.SUBJECT_PROCESS_COMPLETED, process, msg_id=f"process.{process.id}")
-        await self._publish_result(result, completed)
-        completed.discovered.extend(proc.discovered())
-        completed.tags.extend(t for t in proc.tags() if t not in completed.tags)
+    async def _report(self, proc: HookProcess) -> None:
+        """Publish the hook's Process and ArchiveResult; if they cannot be built or encoded, a
+        ``failed`` result that says why (a hook never goes unrecorded)."""
+        task, env = self.task, self.env
+        try:
+            result = proc.archive_result(task.snapshot_id, task.crawl_id)
+            if proc.hook.plugin == "staticfile" and result.status == "succeeded":
+                result = await asyncio.to_thread(documents.describe_staticfile, result, proc, self.snap_dir)
+            result = msgspec.structs.replace(
+                result,
+                output_str=env.redact(result.output_str),
+                notes=env.redact(result.notes),
+                output_json=env.redact_json(result.output_json),
+                output_files={env.redact(k): v for k, v in result.output_files.items()},
+            )
+            process = proc.process_record(task.snapshot_id, task.crawl_id, self.x.settings.machine_name)
+            process = msgspec.structs.replace(
+                process,
+                cmd=[env.redact(c) for c in process.cmd],
+                stdout=env.redact(process.stdout),
+                stderr=env.redact(process.stderr),
+            )
+            encode(result), encode(process)  # fail here, not half-way through publishing
+        except Exception as exc:
+            log.exception("%s %s: its result could not be recorded", task.snapshot_id, proc.hook.name)
+            result = _result(task, proc.hook, "failed", f"the hook's result could not be recorded: {exc!r}"[:500])
+            process = None
+        await self.x.publish_result(result, process)
+        if proc.hook.plugin == "wget":
+            self.wget_log = env.redact(proc.stderr_head())
+        if proc.hook.plugin == "chrome" and "navigate" in proc.hook.name and result.status == "failed":
+            self.navigate_error = responses.network_error_in(f"{result.output_str} {result.notes}")
+        self.completed.discovered.extend(proc.discovered())
+        self.completed.tags.extend(t for t in proc.tags() if t not in self.completed.tags)
         log.info(
             "%s %s %s: %s %s",
             task.snapshot_id,
@@ -278,61 +346,32 @@ class TaskExecutor:
             result.notes[:200],
         )
 
-    async def _report_unavailable(self, task: HookTask, hook: Hook, reason: str, completed: TaskCompleted) -> None:
-        now = utcnow()
-        result = ArchiveResultRecord(
-            id=new_id(),
-            snapshot_id=task.snapshot_id,
-            crawl_id=task.crawl_id,
-            plugin=hook.plugin,
-            hook_name=hook.name,
-            status="failed",
-            notes=reason,
-            output_str=reason[:500],
-            start_ts=now,
-            end_ts=now,
-        )
-        await self._publish_result(result, completed)
-        log.warning("%s %s failed: %s", task.snapshot_id, hook.name, reason)
+    def _page_response(self) -> None:
+        """The page's HTTP status / final URL / network error, from what the hooks left."""
+        response = responses.from_browser(self.snap_dir) if self.task.family == "browser" else None
+        if response is None and self.wget_log:
+            response = responses.from_wget_log(self.wget_log)
+        if response is None and self.navigate_error:
+            response = responses.PageResponse(network_error=self.navigate_error)
+        if response is not None:
+            self.completed.http_status = response.http_status
+            self.completed.final_url = self.env.redact(strip_userinfo(response.final_url))
+            self.completed.network_error = response.network_error
+            self.completed.retry_after = response.retry_after
 
-    async def _fail_all(self, task: HookTask, reason: str) -> TaskCompleted:
-        """Every hook of the task failed for one reason (e.g. no browser): record each, then complete."""
-        completed = TaskCompleted.of(task)
-        for hook in self.catalog.snapshot_hooks(task.plugins):
-            await self._report_unavailable(task, hook, reason, completed)
-        return completed
 
-    async def _publish_result(self, result: ArchiveResultRecord, completed: TaskCompleted) -> None:
-        await bus.publish(self.js, bus.SUBJECT_ARCHIVERESULT, result, msg_id=f"archiveresult.{result.id}")
-        completed.results.append(
-            ResultSummary(
-                id=result.id,
-                plugin=result.plugin,
-                hook_name=result.hook_name,
-                status=result.status,
-                output_str=result.output_str,
-                output_json=result.output_json,
-                output_files=result.output_files,
-                output_size=result.output_size,
-                start_ts=result.start_ts,
-                end_ts=result.end_ts,
-                notes=result.notes,
-            )
-        )
-
-    # ------------------------------------------------------------------ finalize
-
-    def finalize(self, task: HookTask) -> TaskCompleted:
-        """Write the snapshot's ``index.jsonl`` (Snapshot record, then ArchiveResult records), once,
-        atomically, and drop plugin dirs that stayed empty (as abx-dl does)."""
-        snap_dir = self.settings.data_dir / task.snap_dir
-        snap_dir.mkdir(parents=True, exist_ok=True)
-        lines = [{"type": "Snapshot", **msgspec.to_builtins(task.snapshot)}] if task.snapshot else []
-        lines += [
-            {"type": "ArchiveResult", "snapshot_id": task.snapshot_id, **msgspec.to_builtins(r)} for r in task.results
-        ]
-        write_atomic(snap_dir / "index.jsonl", "".join(json.dumps(line) + "\n" for line in lines).encode())
-        for child in snap_dir.iterdir():
-            if child.is_dir() and not any(child.iterdir()):
-                child.rmdir()
-        return TaskCompleted.of(task)
+def _result(task: HookTask, hook: Hook, status: str, reason: str) -> ArchiveResultRecord:
+    """A result the executor records for a hook that did not produce one itself."""
+    now = utcnow()
+    return ArchiveResultRecord(
+        id=new_id(),
+        snapshot_id=task.snapshot_id,
+        crawl_id=task.crawl_id,
+        plugin=hook.plugin,
+        hook_name=hook.name,
+        status=status,
+        output_str=reason[:500],
+        notes=reason[:2000],
+        start_ts=now,
+        end_ts=now,
+    )

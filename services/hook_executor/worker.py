@@ -1,10 +1,13 @@
 """The hook-executor pool loop: pull tasks of one family, run them, publish, then ack.
 
-Following nats.py's worker-pool examples: bind to the family's durable pull consumer,
-``fetch`` one task per free slot, send ``in_progress()`` while it runs, ``ack()`` after its
-completion event is in the stream; ``term()`` a task that can't be decoded (poison);
-``nak(delay)`` on an unexpected error, except on its last delivery, where it is reported failed
-so the snapshot still seals.
+It is ``bus.consume`` on the family's durable pull consumer with ``EXECUTOR_CONCURRENCY``
+tasks at once and ``in_progress()`` heartbeats while they run; a task is acked after its
+completion event is in the stream; one that fails on its last delivery is reported failed (the
+runner gives its unreported hooks ``failed`` results) so the snapshot still seals.
+
+Each executor registers itself (``reaper``) with the reply subjects of the tasks it holds. One
+starting on the same machine after a crash hands those tasks back to JetStream at once (``-NAK``)
+and kills the dead worker's leftover processes, instead of waiting for the ack deadline.
 """
 
 from __future__ import annotations
@@ -13,10 +16,9 @@ import asyncio
 import logging
 import os
 
-import msgspec
-
 from boxcar.hook_executor import reaper
-from boxcar.hook_executor.binaries import BinaryClient, ResolverUnreachable
+from boxcar.hook_executor.binaries import BinaryClient
+from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.task import TaskExecutor
 from boxcar.shared import bus, telemetry
 from boxcar.shared.ids import new_id
@@ -45,7 +47,6 @@ class HookExecutor:
         self.catalog = catalog or get_catalog()
         self.concurrency = concurrency or settings.executor_concurrency
         self._stop = asyncio.Event()
-        self._inflight: set[asyncio.Task] = set()
         self.worker_id = f"{family}-{os.getpid()}-{new_id()[-8:]}"
 
     def stop(self) -> None:
@@ -68,105 +69,80 @@ class HookExecutor:
             max_ack_pending=max(64, self.concurrency * 4),
         )
         sub = await bus.pull(js, bus.TASKS_STREAM, durable)
-        binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
         registry = self.settings.data_dir / "tmp" / self.settings.machine_name / "workers"
-        await asyncio.to_thread(reaper.sweep_dead_workers, registry)  # leftovers of workers that died
-        registration = reaper.register(registry, self.worker_id)
-        self.executor = TaskExecutor(self.settings, js, self.catalog, binaries, self.worker_id)
+        handed_back = await asyncio.to_thread(reaper.sweep_dead_workers, registry)
+        for reply in handed_back:  # tasks a dead worker held: redeliver now, not at the ack deadline
+            await nc.publish(reply, b"-NAK")
+        self.registration = reaper.Registration(registry, self.worker_id)
+        self.cancellations = Cancellations(await bus.cancelled_bucket(js))
+        await self.cancellations.start()
+        binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
+        self.executor = TaskExecutor(
+            self.settings,
+            js,
+            self.catalog,
+            binaries,
+            self.worker_id,
+            self.cancellations,
+            await bus.discovered_store(js),
+        )
         self.js = js
-        slots = asyncio.Semaphore(self.concurrency)
         log.info("hook-executor %s ready (worker %s, concurrency %d)", self.family, self.worker_id, self.concurrency)
+        sweeper = asyncio.create_task(self._sweep(nc, registry))
         try:
-            while not self._stop.is_set():
-                if not await self._acquire_unless_stopped(slots):
-                    break
-                try:
-                    msgs = await sub.fetch(1, timeout=1)
-                except TimeoutError:
-                    slots.release()
-                    continue
-                except Exception as exc:
-                    slots.release()
-                    log.warning("fetch failed: %s", exc)
-                    await asyncio.sleep(1)
-                    continue
-                job = asyncio.create_task(self._handle(msgs[0]))
-                self._inflight.add(job)
-                job.add_done_callback(lambda t: (self._inflight.discard(t), slots.release()))
+            await bus.consume(
+                js,
+                sub,
+                self._handle,
+                consumer=durable,
+                stop=self._stop,
+                max_deliver=self.settings.task_max_deliver,
+                batch=1,
+                concurrency=self.concurrency,
+                heartbeat=max(1.0, self.settings.task_ack_wait / 3),
+                on_dead=self._on_dead,
+                grace=shutdown_grace,
+            )
         finally:
-            if self._inflight:
-                done, pending = await asyncio.wait(self._inflight, timeout=shutdown_grace)
-                for job in pending:
-                    job.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+            sweeper.cancel()
+            await self.cancellations.close()
             await self.executor.close()
-            registration.unlink(missing_ok=True)
+            self.registration.remove()
             await nc.close()
 
-    async def _acquire_unless_stopped(self, slots: asyncio.Semaphore) -> bool:
-        """Wait for a free slot; False (holding none) when stop() comes first."""
-        acquire = asyncio.create_task(slots.acquire())
-        stopped = asyncio.create_task(self._stop.wait())
-        await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if self._stop.is_set():
-            acquire.cancel()
-            if acquire.done() and not acquire.cancelled():
-                slots.release()
-            return False
-        return True
+    async def _sweep(self, nc, registry, interval: float = 30.0) -> None:
+        """Now and then, do for any executor on this machine that died what a restart would: kill
+        what it left running (a detached Chromium) and hand its tasks back."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for reply in await asyncio.to_thread(reaper.sweep_dead_workers, registry):
+                    await nc.publish(reply, b"-NAK")
+            except Exception as exc:
+                log.warning("sweeping dead workers failed: %s", exc)
 
     async def _handle(self, msg) -> None:
-        try:
-            task = decode(msg.data, HookTask)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            log.error("terminating undecodable task on %s: %s", msg.subject, exc)
-            await msg.term()
-            return
-        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        task = decode(msg.data, HookTask)
+        self.registration.hold(msg.reply)
         try:
             with tracer.start_as_current_span(
                 f"task {task.family}", context=telemetry.context_from(bus.headers_of(msg))
             ) as span:
                 span.set_attribute("boxcar.task_id", task.task_id)
                 span.set_attribute("url.full", task.url)
-                try:
-                    completed = await self.executor.execute(task)
-                except asyncio.CancelledError:
-                    await asyncio.shield(msg.nak())
-                    raise
-                except ResolverUnreachable as exc:
-                    log.warning("task %s: %s; retrying later", task.task_id, exc)
-                    await msg.nak(delay=30)
-                    return
-                except Exception as exc:
-                    if msg.metadata.num_delivered < self.settings.task_max_deliver:
-                        log.exception(
-                            "task %s failed (delivery %d); will retry", task.task_id, msg.metadata.num_delivered
-                        )
-                        await msg.nak(delay=5 * msg.metadata.num_delivered)
-                        return
-                    log.exception("task %s failed on its last delivery", task.task_id)
-                    completed = TaskCompleted.of(
-                        task,
-                        status="failed",
-                        error=f"{type(exc).__name__}: {exc}"[:2000],
-                    )
-                await bus.publish(
-                    self.js,
-                    bus.task_completed_subject(task.family),
-                    completed,
-                    msg_id=f"{task.task_id}.{task.attempt}.completed",
-                )
-                await msg.ack()
+                completed = await self.executor.execute(task)
+                if completed is not None:
+                    await self._publish(task, completed)
         finally:
-            heartbeat.cancel()
+            self.registration.release(msg.reply)
 
-    async def _heartbeat(self, msg) -> None:
-        interval = max(1.0, self.settings.task_ack_wait / 3)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await msg.in_progress()
-            except Exception as exc:
-                log.debug("in_progress failed: %s", exc)
+    async def _on_dead(self, msg, exc: BaseException) -> None:
+        """The task failed on its last delivery: report it failed so its snapshot still seals."""
+        task = decode(msg.data, HookTask)
+        log.error("task %s failed on its last delivery: %s", task.task_id, exc)
+        await self._publish(task, TaskCompleted.of(task, status="failed", error=f"{type(exc).__name__}: {exc}"[:2000]))
+
+    async def _publish(self, task: HookTask, completed: TaskCompleted) -> None:
+        await bus.publish(
+            self.js, bus.task_completed_subject(task.family), completed, msg_id=f"{task.task_id}.completed"
+        )

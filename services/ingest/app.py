@@ -10,8 +10,12 @@ import anyio.to_thread
 from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi import OpenAPIConfig
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from sqlalchemy import text
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from boxcar.ingest.controllers import (
     CrawlControlController,
@@ -22,6 +26,7 @@ from boxcar.ingest.controllers import (
 )
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.services import CrawlService
+from boxcar.ingest.signals import Signals
 from boxcar.shared import bus, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -32,10 +37,44 @@ log = logging.getLogger("boxcar.ingest")
 
 
 @get("/healthz", operation_id="Health", tags=["health"])
-async def health(state: State) -> dict[str, bool]:
-    """Liveness: the process answers; ``nats`` tells whether wake-ups reach the runners."""
+async def health(state: State) -> Response[dict[str, bool]]:
+    """Readiness: ``db`` whether the database answers (503 when it does not: the API cannot serve),
+    ``nats`` whether wake-ups and control requests reach the runners."""
     nc = getattr(state, "nats", None)
-    return {"ok": True, "nats": bool(nc is not None and nc.is_connected)}
+    db_ok = await anyio.to_thread.run_sync(_database_answers, state.db)
+    body = {"ok": db_ok, "db": db_ok, "nats": bool(nc is not None and nc.is_connected)}
+    return Response(body, status_code=200 if db_ok else 503)
+
+
+def _database_answers(db: Database) -> bool:
+    try:
+        with db.read() as s:
+            s.execute(text("SELECT 1"))
+        return True
+    except SQLAlchemyError:
+        return False
+
+
+def database_unavailable(request: Request, exc: OperationalError) -> Response:
+    """A database that does not answer is the server's trouble for now: 503, logged, nothing lost."""
+    log.error("%s %s: database unavailable: %s", request.method, request.url.path, str(exc).splitlines()[0][:300])
+    return Response(
+        {"status_code": 503, "detail": "the database is unavailable; try again shortly"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+def internal_error(request: Request, exc: Exception) -> Response:
+    """Any other unexpected error: logged with its traceback, a plain 500 for the client."""
+    if isinstance(exc, HTTPException):
+        return Response(
+            {"status_code": exc.status_code, "detail": exc.detail, **({"extra": exc.extra} if exc.extra else {})},
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+    log.exception("%s %s failed", request.method, request.url.path)
+    return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)
 
 
 def create_app(settings: Settings | None = None, db: Database | None = None) -> Litestar:
@@ -50,10 +89,11 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     db = db or Database(settings.sqlalchemy_url)
     service = CrawlService(db, settings, get_catalog(), load_families())
     feeds = FeedService(service)
+    signals = Signals()
 
     async def connect_nats(app: Litestar) -> None:
         # In the background: the API serves (and runners poll the database) while NATS is away.
-        app.state.nats = await bus.connect(settings.nats_url, "ingest")
+        app.state.nats = signals.nats = await bus.connect(settings.nats_url, "ingest")
         log.info("connected to NATS at %s", settings.nats_url)
 
     @asynccontextmanager
@@ -88,11 +128,17 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             FeedController,
             health,
         ],
-        exception_handlers={RequestEntityTooLarge: too_large},
+        exception_handlers={
+            RequestEntityTooLarge: too_large,
+            OperationalError: database_unavailable,
+            InterfaceError: database_unavailable,
+            HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
+        },
         state=State({"db": db, "public_reads": settings.public_reads}),
         dependencies={
             "crawl_service": Provide(lambda: service, sync_to_thread=False),
             "feed_service": Provide(lambda: feeds, sync_to_thread=False),
+            "signals": Provide(lambda: signals, sync_to_thread=False),
         },
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(

@@ -1,7 +1,8 @@
 """API tokens: created by ``boxcar token create``, stored as sha256, checked by a Litestar guard.
 
-Every write endpoint requires a token, sent as ``Authorization: Bearer <token>`` or
-``X-Boxcar-Api-Key: <token>``. Reads require one too unless ``PUBLIC_READS=true``. A missing,
+Every write endpoint requires a token with the ``write`` scope, sent as ``Authorization: Bearer
+<token>`` or ``X-Boxcar-Api-Key: <token>``; a ``read`` token (``boxcar token create --read-only``)
+serves reads only (403 on a write). Reads require a token unless ``PUBLIC_READS=true``. A missing,
 unknown, revoked or expired token all get the same 401, so a caller learns nothing about which.
 Tokens are 256-bit random strings, so a plain sha256 is a safe way to store them (no password
 hashing needed) and lets the guard look one up with a single indexed query.
@@ -16,12 +17,13 @@ from pathlib import Path
 
 import anyio.to_thread
 from litestar.connection import ASGIConnection
-from litestar.exceptions import NotAuthorizedException
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 from sqlalchemy import select
 
+from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
-from boxcar.shared.db.models import ApiToken, utcnow
+from boxcar.shared.db.models import ApiToken
 from boxcar.shared.ids import new_id
 
 TOKEN_PREFIX = "bx_"
@@ -33,27 +35,42 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_token(db: Database, name: str = "") -> str:
-    """Create a token and return it (the only time it exists in clear)."""
+SCOPES = ("write", "read")
+
+
+def create_token(db: Database, name: str = "", scope: str = "write") -> str:
+    """Create a token and return it (the only time it exists in clear).
+
+    Raises:
+        ValueError: ``scope`` is not ``write`` or ``read``.
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with db.write() as s:
-        s.add(ApiToken(id=new_id(), name=name[:128], token_sha256=token_sha256(token), prefix=token[:10]))
+        s.add(ApiToken(id=new_id(), name=name[:128], token_sha256=token_sha256(token), prefix=token[:10], scope=scope))
     return token
 
 
-def token_is_valid(db: Database, token: str) -> bool:
-    """True for a known, unrevoked, unexpired token."""
+def token_scope(db: Database, token: str) -> str | None:
+    """The scope of a known, unrevoked, unexpired token (``write``/``read``); None otherwise."""
     if not token or len(token) > 256:
-        return False
+        return None
     digest = token_sha256(token)
     with db.read() as s:
         row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == digest))
-    return bool(
+    valid = bool(
         row
         and hmac.compare_digest(row.token_sha256, digest)
         and not row.revoked
         and (row.expires_at is None or row.expires_at > utcnow())
     )
+    return row.scope if valid else None
+
+
+def token_is_valid(db: Database, token: str) -> bool:
+    """True for a known, unrevoked, unexpired token of any scope."""
+    return token_scope(db, token) is not None
 
 
 def token_from_headers(headers) -> str:
@@ -80,14 +97,21 @@ def ensure_local_token(db: Database, path: Path, name: str = "boxcar CLI (local)
     return token
 
 
-async def require_token(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """Guard for writes: a valid token or 401 (``app.state.db`` holds the tokens)."""
+async def _scope(connection: ASGIConnection) -> str:
     token = token_from_headers(connection.headers)
-    if not await anyio.to_thread.run_sync(token_is_valid, connection.app.state.db, token):
+    scope = await anyio.to_thread.run_sync(token_scope, connection.app.state.db, token)
+    if scope is None:
         raise NotAuthorizedException(UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+    return scope
 
 
-async def require_read_access(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
-    """Guard for reads: like ``require_token`` unless ``app.state.public_reads``."""
+async def require_token(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard for writes: a valid ``write`` token, else 401 (no valid token) or 403 (a read-only one)."""
+    if await _scope(connection) != "write":
+        raise PermissionDeniedException("this API token is read-only")
+
+
+async def require_read_access(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard for reads: any valid token, unless ``app.state.public_reads``."""
     if not connection.app.state.public_reads:
-        await require_token(connection, handler)
+        await _scope(connection)

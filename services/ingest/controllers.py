@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -34,8 +35,8 @@ from boxcar.ingest.schemas import (
     SnapshotPage,
 )
 from boxcar.ingest.services import CrawlService, InputError
-from boxcar.shared import bus
-from boxcar.shared.messages import CrawlControl, CrawlQueued, ScheduleControl, encode
+from boxcar.ingest.signals import BusUnavailable, Signals
+from boxcar.shared.messages import CrawlControl, ScheduleControl
 
 SECURITY = [{"BearerToken": []}, {"ApiKey": []}]
 ID_PATTERN = r"^[0-9a-f]{32}$"
@@ -46,20 +47,16 @@ def unprocessable(exc: InputError) -> HTTPException:
     return HTTPException(status_code=HTTP_422_UNPROCESSABLE_ENTITY, detail=str(exc), extra={"field": exc.field})
 
 
-async def wake_runners(request: Request, crawl_id: str) -> None:
-    """Tell crawl-runners a crawl is due (best effort: they poll the database anyway)."""
-    nc = getattr(request.app.state, "nats", None)
-    if nc is not None and nc.is_connected:
-        await nc.publish(bus.SUBJECT_CRAWL_QUEUED, encode(CrawlQueued(crawl_id=crawl_id)), headers=bus.trace_headers())
-
-
 class CrawlController(Controller):
     path = "/api/v1/crawls"
     tags = ["crawls"]
 
     @post("/", operation_id="CreateCrawl", status_code=HTTP_201_CREATED, guards=[require_token], security=SECURITY)
     async def create_crawl(
-        self, request: Request, data: JSONBody[CrawlCreate], crawl_service: NamedDependency[CrawlService]
+        self,
+        data: JSONBody[CrawlCreate],
+        crawl_service: NamedDependency[CrawlService],
+        signals: NamedDependency[Signals],
     ) -> CrawlCreated:
         """Queue URLs for archiving.
 
@@ -75,11 +72,11 @@ class CrawlController(Controller):
             crawl, admission = await anyio.to_thread.run_sync(crawl_service.create_crawl, data)
         except InputError as exc:
             raise unprocessable(exc) from None
-        await wake_runners(request, crawl.id)
+        await signals.crawl_queued(crawl.id)
         return CrawlCreated(
             id=crawl.id,
             status=crawl.status,
-            urls=len(crawl.seeds),
+            urls=crawl.seed_count,
             duplicates=admission.duplicates,
             skipped_existing=admission.skipped_existing,
         )
@@ -154,10 +151,24 @@ class ImportParams:
     plugins: list[str] = field(default_factory=list)
     only_new: bool | None = None
     folder_tags: bool = False
+    config: dict = field(default_factory=dict)
 
 
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _config(value: str | None) -> dict:
+    """A ``config`` parameter: a JSON object of per-crawl settings."""
+    if not value:
+        return {}
+    try:
+        config = json.loads(value)
+    except ValueError:
+        raise InputError("config", 'expected a JSON object like {"WGET_TIMEOUT": 30}') from None
+    if not isinstance(config, dict):
+        raise InputError("config", 'expected a JSON object like {"WGET_TIMEOUT": 30}')
+    return config
 
 
 def _flag(value: str | None, name: str) -> bool | None:
@@ -186,24 +197,29 @@ class ImportController(Controller):
         self,
         request: Request,
         crawl_service: NamedDependency[CrawlService],
+        signals: NamedDependency[Signals],
         format: Annotated[str | None, QueryParameter(description="format name; default: detect from content")] = None,
         tags: Annotated[str | None, QueryParameter(description="comma-separated tags for every entry")] = None,
         max_depth: Annotated[int, QueryParameter(ge=0, le=4)] = 0,
         plugins: Annotated[str | None, QueryParameter(description="comma-separated plugins")] = None,
         only_new: Annotated[str | None, QueryParameter(description="skip URLs archived before (true/false)")] = None,
         folder_tags: Annotated[bool, QueryParameter(description="bookmark folders become tags")] = False,
+        config: Annotated[
+            str | None, QueryParameter(description='per-crawl settings as a JSON object, e.g. {"WGET_TIMEOUT": 30}')
+        ] = None,
     ) -> ImportCreated:
         """Import a bookmark export, feed, history export, CSV/JSON/JSONL, text or markdown file.
 
-        One crawl is created with every entry's URL, title, tags and date; the file is kept
-        verbatim under ``sources/``. One bad entry never drops the others: rejected entries are
-        counted and the first 50 listed with their reasons.
+        One crawl is created with every entry's URL, title, tags and date (several ``file``
+        fields: one crawl of all of them); each file is kept under ``sources/`` (URL passwords
+        redacted). One bad entry never drops the others: rejected entries are counted and the
+        first 50 listed with their reasons.
 
         Returns:
             The crawl id, the format used, counts, and the first rejected entries.
         """
         try:
-            data, params = await self._read(
+            files, params = await self._read(
                 request,
                 ImportParams(
                     format=format,
@@ -212,22 +228,24 @@ class ImportController(Controller):
                     plugins=_split(plugins),
                     only_new=_flag(only_new, "only_new"),
                     folder_tags=folder_tags,
+                    config=_config(config),
                 ),
             )
             outcome = await anyio.to_thread.run_sync(
                 lambda: crawl_service.create_import(
-                    data,
+                    files,
                     format=params.format,
                     tags=params.tags,
                     max_depth=params.max_depth,
                     plugins=params.plugins,
                     only_new=params.only_new,
                     folder_tags=params.folder_tags,
+                    config=params.config,
                 )
             )
         except InputError as exc:
             raise unprocessable(exc) from None
-        await wake_runners(request, outcome.crawl.id)
+        await signals.crawl_queued(outcome.crawl.id)
         admission = outcome.admission
         return ImportCreated(
             crawl_id=outcome.crawl.id,
@@ -243,13 +261,13 @@ class ImportController(Controller):
         )
 
     @staticmethod
-    async def _read(request: Request, params: ImportParams) -> tuple[bytes, ImportParams]:
+    async def _read(request: Request, params: ImportParams) -> tuple[list[tuple[bytes, str]], ImportParams]:
         if request.content_type[0] == "multipart/form-data":
             form = await request.form()
-            upload = form.get("file")
-            if not isinstance(upload, UploadFile):
+            uploads = [u for u in form.getall("file") if isinstance(u, UploadFile)] if "file" in form else []
+            if not uploads:
                 raise InputError("file", "multipart upload needs a `file` field")
-            data = await upload.read()
+            files = [(await upload.read(), upload.filename or "") for upload in uploads]
             if "format" in form:
                 params.format = str(form["format"]) or None
             if "tags" in form:
@@ -265,23 +283,18 @@ class ImportController(Controller):
                     raise InputError("max_depth", "must be 0–4")
             if "only_new" in form:
                 params.only_new = _flag(str(form["only_new"]), "only_new")
+            if "config" in form:
+                params.config = _config(str(form["config"]))
         else:
-            data = await request.body()
-        if not data.strip():
-            raise InputError("file", "empty upload")
-        return data, params
+            files = [(await request.body(), "")]
+        for data, name in files:
+            if not data.strip():
+                raise InputError("file", f"empty upload{f' ({name})' if name else ''}")
+        return files, params
 
 
-async def send_control(request: Request, kind: str, target: str, msg) -> None:
-    """Queue a control request for the crawl-runner on the CONTROL stream.
-
-    Raises:
-        HTTPException 503: NATS is unreachable (nothing was changed; try again).
-    """
-    nc = getattr(request.app.state, "nats", None)
-    if nc is None or not nc.is_connected:
-        raise HTTPException(status_code=HTTP_503_SERVICE_UNAVAILABLE, detail="message bus unavailable; try again")
-    await bus.publish(nc.jetstream(), bus.control_subject(kind, target), msg)
+def unavailable(exc: BusUnavailable) -> HTTPException:
+    return HTTPException(status_code=HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc))
 
 
 class CrawlControlController(Controller):
@@ -297,19 +310,23 @@ class CrawlControlController(Controller):
     )
     async def control(
         self,
-        request: Request,
         crawl_id: ObjectId,
         action: Annotated[Literal["pause", "resume", "cancel"], PathParameter()],
         crawl_service: NamedDependency[CrawlService],
+        signals: NamedDependency[Signals],
     ) -> ControlAccepted:
-        """Pause (no new snapshot starts), resume, or cancel (seal now) a crawl.
+        """Pause (no new snapshot starts), resume, or cancel a crawl (its running hooks are killed,
+        unfinished ones recorded ``skipped``: ``cancelled``, its snapshots and then it sealed).
 
         Returns:
             202: the crawl-runner applies it within a second; follow ``GET /api/v1/crawls/{id}``.
         """
         if await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id) is None:
             raise NotFoundException(f"no crawl {crawl_id}")
-        await send_control(request, "crawl", crawl_id, CrawlControl(crawl_id=crawl_id, action=action))
+        try:
+            await signals.control("crawl", crawl_id, CrawlControl(crawl_id=crawl_id, action=action))
+        except BusUnavailable as exc:
+            raise unavailable(exc) from None
         return ControlAccepted(id=crawl_id, action=action)
 
 
@@ -319,7 +336,7 @@ class FeedController(Controller):
 
     @post("/", operation_id="CreateFeed", status_code=HTTP_201_CREATED, guards=[require_token], security=SECURITY)
     async def create_feed(
-        self, request: Request, data: JSONBody[FeedCreate], feed_service: NamedDependency[FeedService]
+        self, data: JSONBody[FeedCreate], feed_service: NamedDependency[FeedService], signals: NamedDependency[Signals]
     ) -> FeedOut:
         """Subscribe to an RSS, Atom or JSON feed: polled on ``schedule`` (first poll now); each
         poll archives the items not seen before (by GUID, else link)."""
@@ -327,7 +344,7 @@ class FeedController(Controller):
             feed = await anyio.to_thread.run_sync(feed_service.create, data)
         except InputError as exc:
             raise unprocessable(exc) from None
-        await wake_runners(request, feed.id)
+        await signals.feed_due(feed.id)
         return feed
 
     @get("/", operation_id="ListFeeds", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
@@ -371,10 +388,10 @@ class FeedController(Controller):
     )
     async def control(
         self,
-        request: Request,
         feed_id: ObjectId,
         action: Annotated[Literal["poll", "pause", "resume"], PathParameter()],
         feed_service: NamedDependency[FeedService],
+        signals: NamedDependency[Signals],
     ) -> ControlAccepted:
         """Poll now, pause or resume a subscription (applied by the crawl-runner).
 
@@ -383,5 +400,8 @@ class FeedController(Controller):
         """
         if await anyio.to_thread.run_sync(feed_service.get, feed_id) is None:
             raise NotFoundException(f"no feed {feed_id}")
-        await send_control(request, "schedule", feed_id, ScheduleControl(schedule_id=feed_id, action=action))
+        try:
+            await signals.control("schedule", feed_id, ScheduleControl(schedule_id=feed_id, action=action))
+        except BusUnavailable as exc:
+            raise unavailable(exc) from None
         return ControlAccepted(id=feed_id, action=action)

@@ -6,12 +6,13 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from boxcar.ingest.schemas import FeedCreate, FeedOut, FeedUpdate
-from boxcar.ingest.services import CrawlService, InputError, clean_config
-from boxcar.shared.admission import clean_tags, clean_text
-from boxcar.shared.db.models import QUEUED, Crawl, CrawlSchedule, FeedItem, utcnow
+from boxcar.ingest.services import CrawlService, InputError
+from boxcar.shared.clock import utcnow
+from boxcar.shared.db.models import QUEUED, Crawl, CrawlSchedule, FeedItem
 from boxcar.shared.ids import new_id
+from boxcar.shared.messages import Seed, clean_tags, clean_text
 from boxcar.shared.schedules import cron_expression
-from boxcar.shared.urls import InvalidURL, canonicalize
+from boxcar.shared.urls import InvalidURL
 
 
 def validate_schedule(schedule: str) -> str:
@@ -41,16 +42,15 @@ class FeedService:
             InputError: bad URL, schedule, plugins or config.
         """
         try:
-            url = canonicalize(body.url)
+            url = Seed.parse(body.url).url
         except InvalidURL as exc:
             raise InputError("url", f"{exc.reason}: {body.url[:300]}") from None
-        config = clean_config(body.config)
-        self.crawls.url_filter(config)  # a bad regex is the user's to fix now, not the poller's later
+        self.crawls.crawl_config(body.config)  # refused keys and bad values are the user's to fix now
         template = {
             "tags": clean_tags(body.tags),
             "max_depth": body.max_depth,
             "plugins": self.crawls.validate_plugins(body.plugins) if body.plugins else [],
-            "config": config,
+            "config": dict(body.config),
         }
         now = utcnow()
         schedule = CrawlSchedule(
@@ -102,8 +102,8 @@ class FeedService:
             if body.plugins is not None:
                 template["plugins"] = self.crawls.validate_plugins(body.plugins) if body.plugins else []
             if body.config is not None:
-                template["config"] = clean_config(body.config)
-                self.crawls.url_filter(template["config"])
+                self.crawls.crawl_config(body.config)
+                template["config"] = dict(body.config)
             if body.label is not None:
                 schedule.label = clean_text(body.label)[:256]
             schedule.template = template
@@ -140,4 +140,6 @@ class FeedService:
             items_seen=items or 0,
             crawls=crawls or 0,
             created_at=schedule.created_at,
+            items_rejected=schedule.items_rejected,
+            last_rejection=schedule.last_rejection,
         )

@@ -28,7 +28,9 @@ class CrawlCreate(msgspec.Struct, forbid_unknown_fields=True):
     tags: list[str] = []
     max_depth: MaxDepth = 0
     plugins: list[str] = []
-    config: dict[str, str | int | float | bool] = {}
+    #: per-crawl settings (``boxcar.shared.crawlconfig``): enable flags, timeouts, user agent, SSL
+    #: checks, crawl limits, URL lists; anything else is a 422 naming the key
+    config: dict[str, Any] = {}
     label: str = ""
     only_new: bool | None = None  # skip URLs archived before (default: the ONLY_NEW setting)
 
@@ -70,7 +72,14 @@ class CrawlStatus(msgspec.Struct):
     output_dir: str
     snapshots: dict[str, int]
     results: dict[str, int]
-    results_pending: int | None = None  # once sealed: results reported but not projected yet
+    #: snapshots whose page answered 4xx/5xx, and those that got no answer at all
+    http_errors: int = 0
+    network_errors: int = 0
+    seeds: int = 0
+    cancelled: bool = False
+    error: str = ""  # why the crawl was given up, when it was
+    #: sealed snapshots whose index.jsonl is not written yet (0 once everything is projected)
+    results_pending: int = 0
 
 
 class ResultOut(msgspec.Struct):
@@ -99,6 +108,9 @@ class SnapshotOut(msgspec.Struct):
     output_size: int
     tags: list[str]
     results: list[ResultOut]
+    http_status: int | None = None
+    final_url: str | None = None
+    network_error: str = ""
 
 
 class SnapshotPage(msgspec.Struct):
@@ -115,7 +127,7 @@ class FeedCreate(msgspec.Struct, forbid_unknown_fields=True):
     max_depth: MaxDepth = 0
     plugins: list[str] = []
     label: str = ""
-    config: dict[str, str | int | float | bool] = {}
+    config: dict[str, Any] = {}  # per-crawl settings of the crawls its polls make (as CrawlCreate.config)
 
 
 class FeedUpdate(msgspec.Struct, forbid_unknown_fields=True):
@@ -126,7 +138,7 @@ class FeedUpdate(msgspec.Struct, forbid_unknown_fields=True):
     max_depth: MaxDepth | None = None
     plugins: list[str] | None = None
     label: str | None = None
-    config: dict[str, str | int | float | bool] | None = None
+    config: dict[str, Any] | None = None
 
 
 class FeedOut(msgspec.Struct):
@@ -148,6 +160,8 @@ class FeedOut(msgspec.Struct):
     items_seen: int
     crawls: int
     created_at: datetime
+    items_rejected: int = 0  # items of the last poll that gave no archivable URL
+    last_rejection: str = ""  # why the last of them was rejected
 
 
 class ControlAccepted(msgspec.Struct):

@@ -1,8 +1,14 @@
-"""Ingest's domain logic: validating and creating crawls, reading their progress."""
+"""Ingest's domain logic: validating and creating crawls, reading their progress.
+
+Everything entering here is parsed once, where it enters: URLs become ``Seed``s
+(``Seed.parse``: canonicalized, credentials sealed), a request's ``config`` a ``CrawlConfig``
+(allow-listed keys, typed values), import files ``importers.parse`` results. Nothing downstream
+parses them again.
+"""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -15,27 +21,21 @@ from boxcar.ingest.schemas import (
     SnapshotOut,
     SnapshotPage,
 )
-from boxcar.shared import importers, storage, telemetry
-from boxcar.shared.admission import Admission, Candidate, PolicyError, Rejection, admit, clean_tags, clean_text
-from boxcar.shared.db import Database
-from boxcar.shared.db.models import (
-    SEALED,
-    ArchiveResult,
-    Crawl,
-    Snapshot,
-    SnapshotTag,
-    SnapshotTask,
-    Tag,
-    utcnow,
-)
+from boxcar.shared import importers, secrets, storage, telemetry
+from boxcar.shared.admission import Admission, PolicyError, Rejection, admit, archived_keys
+from boxcar.shared.clock import utcnow
+from boxcar.shared.crawlconfig import ConfigError, CrawlConfig
+from boxcar.shared.db import Database, insert_seeds
+from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Status, Tag
 from boxcar.shared.families import FamilyTable
+from boxcar.shared.messages import Seed, clean_tags, clean_text
 from boxcar.shared.plugins import PluginCatalog
 from boxcar.shared.settings import Settings
-from boxcar.shared.urls import UrlFilter
+from boxcar.shared.urls import InvalidURL, strip_userinfo
 
 
 class InputError(ValueError):
-    """Bad input; ``field`` names where (``urls[3]``, ``plugins``), ``str()`` says what is wrong."""
+    """Bad input; ``field`` names where (``urls[3]``, ``config.WGET_TIMEOUT``), ``str()`` says what."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -51,32 +51,6 @@ class ImportOutcome:
     entries_seen: int
 
 
-CONFIG_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
-
-
-def clean_config(config: dict) -> dict[str, str]:
-    """Crawl config overrides as strings (they become hook environment variables).
-
-    Raises:
-        InputError: a key is not an UPPER_CASE setting name, or a value holds a NUL character.
-    """
-    out = {}
-    for key, value in config.items():
-        if not CONFIG_KEY.match(key):
-            raise InputError("config", f"{key[:60]!r} is not a setting name (UPPER_CASE like WGET_TIMEOUT)")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        if "\x00" in text:
-            raise InputError("config", f"{key}: value contains a NUL character")
-        out[key] = text
-    return out
-
-
-def _candidate(item: str | SeedIn) -> Candidate:
-    if isinstance(item, SeedIn):
-        return Candidate(url=item.url, title=item.title, tags=item.tags, bookmarked_at=item.bookmarked_at)
-    return Candidate(url=item)
-
-
 def _extension(format_name: str) -> str:
     """File extension for a kept source, from the format it was parsed as."""
     if format_name in ("netscape", "pocket_html", "html"):
@@ -89,8 +63,7 @@ def _extension(format_name: str) -> str:
         if (
             format_name == suffix
             or format_name.endswith("_" + suffix)
-            or format_name == "jsonfeed"
-            and suffix == "json"
+            or (format_name == "jsonfeed" and suffix == "json")
         ):
             return suffix
     return "txt"
@@ -104,6 +77,8 @@ class CrawlService:
         self.settings = settings
         self.catalog = catalog
         self.families = families
+
+    # ------------------------------------------------------------------ validation
 
     def validate_plugins(self, plugins: list[str]) -> list[str]:
         """Check a plugin selection.
@@ -122,89 +97,120 @@ class CrawlService:
             raise InputError("plugins", f"no executor family runs {', '.join(unrunnable)}")
         return names
 
-    def url_filter(self, config: dict[str, str]) -> UrlFilter:
-        """The crawl's allow/deny lists (its config overrides the settings).
+    def crawl_config(self, overrides: dict) -> CrawlConfig:
+        """The crawl's settings (environment, then ``overrides``), validated.
 
         Raises:
-            InputError: a list holds an invalid regex.
+            InputError: ``config.<KEY>`` names a refused key or an ill-typed value.
         """
         try:
-            return UrlFilter.from_config(config, self.settings.url_allowlist, self.settings.url_denylist)
-        except ValueError as exc:
-            raise InputError("config", str(exc)) from None
+            return CrawlConfig.build(self.settings, self.catalog, overrides)
+        except ConfigError as exc:
+            raise InputError(f"config.{exc.key}", str(exc).split(": ", 1)[1]) from None
 
-    def admit(self, items, *, strict: bool, only_new: bool, url_filter: UrlFilter) -> Admission:
-        """``boxcar.shared.admission.admit`` in a read transaction; policy errors become InputError."""
-        with self.db.read() as s:
-            try:
-                return admit(s, items, url_filter=url_filter, only_new=only_new, strict=strict)
-            except PolicyError as exc:
-                raise InputError(exc.where, str(exc).split(": ", 1)[1]) from None
+    def admit(self, seeds: Iterable[Seed], config: CrawlConfig, *, strict: bool) -> Admission:
+        """The URL policy (filters, duplicates) and, with ``ONLY_NEW``, what was archived before.
+
+        Raises:
+            InputError: ``strict`` and a URL is filtered out (named by its ``Seed.source``).
+        """
+        try:
+            admission = admit(seeds, config.url_filter(), strict=strict)
+        except PolicyError as exc:
+            raise InputError(exc.where, str(exc).split(": ", 1)[1]) from None
+        if config.only_new and admission.seeds:
+            with self.db.read() as s:
+                admission = admission.without(archived_keys(s, admission.seeds))
+        return admission
+
+    # ------------------------------------------------------------------ creating crawls
 
     def create_crawl(self, body: CrawlCreate) -> tuple[Crawl, Admission]:
         """Validate and store a new queued crawl (due now).
 
         Raises:
-            InputError: an invalid or filtered URL (named with its index), plugin or config.
+            InputError: an invalid or filtered URL (named with its index), plugin or config key.
         """
-        config = clean_config(body.config)
-        only_new = self.settings.only_new if body.only_new is None else body.only_new
-        admission = self.admit(
-            ((f"urls[{i}]", _candidate(item)) for i, item in enumerate(body.urls)),
-            strict=True,
-            only_new=only_new,
-            url_filter=self.url_filter(config),
-        )
-        plugins = self.validate_plugins(body.plugins) if body.plugins else []
+        overrides = dict(body.config)
+        if body.only_new is not None:
+            overrides["ONLY_NEW"] = body.only_new
+        config = self.crawl_config(overrides)
+        seeds = [self._seed(f"urls[{i}]", item) for i, item in enumerate(body.urls)]
+        admission = self.admit(seeds, config, strict=True)
+        plugins = self.validate_plugins(body.plugins) if body.plugins else list(self.settings.plugins)
         crawl = self.insert_crawl(
             admission.seeds,
             tags=body.tags,
             max_depth=body.max_depth,
             plugins=plugins,
-            config={**config, "ONLY_NEW": str(only_new)},
+            config=config,
             label=clean_text(body.label),
         )
         return crawl, admission
 
+    @staticmethod
+    def _seed(where: str, item: str | SeedIn) -> Seed:
+        try:
+            if isinstance(item, SeedIn):
+                return Seed.parse(
+                    item.url,
+                    title=item.title,
+                    tags=item.tags,
+                    bookmarked_at=item.bookmarked_at,
+                    source=where,
+                    seal=secrets.seal,
+                )
+            return Seed.parse(item, source=where, seal=secrets.seal)
+        except InvalidURL as exc:
+            url = item.url if isinstance(item, SeedIn) else item
+            raise InputError(where, f"{exc.reason}: {strip_userinfo(str(url))[:300]}") from None
+
     def insert_crawl(
         self,
-        seeds: list[dict],
+        seeds: list[Seed],
         *,
         tags: list[str],
         max_depth: int,
         plugins: list[str],
-        config: dict[str, str],
+        config: CrawlConfig,
         label: str = "",
-        source: tuple[bytes, str] | None = None,
+        sources: list[tuple[bytes, str]] = (),
         first_url: str = "",
     ) -> Crawl:
-        """Store a queued crawl, due now, in the current trace; ``source`` = (bytes, extension) of an
-        imported file to keep verbatim under ``sources/``."""
+        """Store a queued crawl and its seeds, due now, in the current trace; ``sources`` =
+        ``(bytes, extension)`` of imported files, kept under ``sources/`` with URL passwords redacted."""
         now = utcnow()
         with telemetry.tracer("boxcar.ingest").start_as_current_span("crawl") as span:
             crawl = Crawl.new(
                 user=self.settings.archive_user,
-                seeds=seeds,
-                first_url=first_url,
+                first_url=seeds[0].url if seeds else first_url,
+                seed_count=len(seeds),
                 now=now,
                 max_depth=max_depth,
                 tags_str=",".join(clean_tags(tags)),
                 plugins=plugins,
-                config=config,
+                config=config.values,
                 label=label[:256],
                 trace_context=telemetry.current_carrier(),
             )
             span.set_attribute("boxcar.crawl_id", crawl.id)
-            if source is not None:
-                crawl.source_file = storage.source_path(now, crawl.id, source[1])
-                storage.write_atomic(self.settings.data_dir / crawl.source_file, source[0])
+            span.set_attribute("boxcar.seeds", len(seeds))
+            paths = []
+            for i, (data, ext) in enumerate(sources):
+                path = storage.source_path(now, crawl.id if len(sources) == 1 else f"{crawl.id}-{i + 1}", ext)
+                storage.write_atomic(self.settings.data_dir / path, importers.redact_credentials(data))
+                paths.append(path)
+            crawl.source_files = paths
+            crawl.source_file = paths[0] if paths else None
             with self.db.write() as s:
                 s.add(crawl)
+                s.flush()
+                insert_seeds(s, crawl.id, seeds)
         return crawl
 
     def create_import(
         self,
-        data: bytes,
+        files: list[tuple[bytes, str]],
         *,
         format: str | None,
         tags: list[str],
@@ -212,53 +218,75 @@ class CrawlService:
         plugins: list[str],
         only_new: bool | None,
         folder_tags: bool = False,
+        config: dict | None = None,
     ) -> ImportOutcome:
-        """Parse an uploaded export and queue a crawl of its entries; the file is kept in ``sources/``.
+        """Parse uploaded exports and queue one crawl of all their entries; each file is kept in
+        ``sources/``.
+
+        Args:
+            files: ``[(content, file name)]`` (the name only labels rejections: the format is
+                detected from the content).
 
         Raises:
-            InputError: unknown format, no URL found (the message names the format tried), bad
-                plugin selection.
+            InputError: a binary file, an unknown format, no URL found in any file (the message
+                names the format tried), a bad plugin selection or config.
         """
-        if importers.looks_binary(data):
-            raise InputError("file", "a binary file, not a bookmark export, feed or list of URLs")
-        try:
-            parsed = importers.parse(data, format, folder_tags=folder_tags)
-        except importers.UnknownFormat:
-            raise InputError("format", f"unknown format {format!r}; one of {', '.join(importers.FORMATS)}") from None
-        admission = self.admit(
-            (
-                (f"entry {i + 1}", Candidate(url=e.url, title=e.title, tags=e.tags, bookmarked_at=e.bookmarked_at))
-                for i, e in enumerate(parsed.entries)
-            ),
-            strict=False,
-            only_new=self.settings.only_new if only_new is None else only_new,
-            url_filter=self.url_filter({}),
-        )
-        rejected = [Rejection(r.where, r.value, r.reason) for r in parsed.rejected] + admission.rejected
-        if not parsed.entries:
+        overrides = dict(config or {})
+        if only_new is not None:
+            overrides["ONLY_NEW"] = only_new
+        crawl_config = self.crawl_config(overrides)
+        seeds: list[Seed] = []
+        rejected: list[Rejection] = []
+        formats: list[str] = []
+        sources: list[tuple[bytes, str]] = []
+        seen = 0
+        for index, (data, name) in enumerate(files):
+            label = f"file {name or index + 1}: " if len(files) > 1 else ""
+            if importers.looks_binary(data):
+                raise InputError("file", f"{label}a binary file, not a bookmark export, feed or list of URLs")
+            try:
+                parsed = importers.parse(data, format, folder_tags=folder_tags)
+            except importers.UnknownFormat:
+                raise InputError(
+                    "format", f"unknown format {format!r}; one of {', '.join(importers.FORMATS)}"
+                ) from None
+            formats.append(parsed.format)
+            pairs, bad = parsed.seeds(seal=secrets.seal)
+            seeds += [seed for _, seed in pairs]
+            rejected += [
+                Rejection(label + r.where, strip_userinfo(r.value), r.reason) for r in [*parsed.rejected, *bad]
+            ]
+            seen += len(parsed.entries) + len(parsed.rejected)
+            sources.append((data, _extension(parsed.format)))
+        if not seeds:
             raise InputError(
                 "file",
-                f"no URLs found (format tried: {parsed.format})"
+                f"no URLs found (format tried: {', '.join(dict.fromkeys(formats))})"
                 + (f"; {len(rejected)} record(s) rejected, e.g. {rejected[0].reason}" if rejected else ""),
             )
-        plugins = self.validate_plugins(plugins) if plugins else []
+        admission = self.admit(seeds, crawl_config, strict=False)
+        rejected += admission.rejected
+        chosen = self.validate_plugins(plugins) if plugins else list(self.settings.plugins)
+        kinds = list(dict.fromkeys(formats))
         crawl = self.insert_crawl(
             admission.seeds,
             tags=tags,
             max_depth=max_depth,
-            plugins=plugins,
-            config={"ONLY_NEW": str(self.settings.only_new if only_new is None else only_new)},
-            label=f"import ({parsed.format})",
-            source=(data, _extension(parsed.format)),
-            first_url=parsed.entries[0].url,
+            plugins=chosen,
+            config=crawl_config,
+            label=f"import ({', '.join(kinds)})"[:256],
+            sources=sources,
+            first_url=seeds[0].url,
         )
         return ImportOutcome(
             crawl=crawl,
-            format=parsed.format,
+            format=kinds[0] if len(kinds) == 1 else "mixed",
             admission=admission,
             rejected=rejected,
-            entries_seen=len(parsed.entries) + len(parsed.rejected),
+            entries_seen=seen,
         )
+
+    # ------------------------------------------------------------------ reading
 
     def crawl_status(self, crawl_id: str) -> CrawlStatus | None:
         """The crawl and its counts, or None when there is no such crawl."""
@@ -279,7 +307,16 @@ class CrawlService:
                     .group_by(ArchiveResult.status)
                 ).all()
             )
-            pending = self._results_pending(s, crawl_id) if crawl.status == SEALED else None
+            in_crawl = Snapshot.crawl_id == crawl_id
+            http_errors = s.scalar(select(func.count()).where(in_crawl, Snapshot.http_status >= 400))
+            network_errors = s.scalar(
+                select(func.count()).where(in_crawl, Snapshot.http_status.is_(None), Snapshot.network_error != "")
+            )
+            pending = s.scalar(
+                select(func.count()).where(
+                    in_crawl, Snapshot.status == Status.SEALED, Snapshot.attempts > 0, Snapshot.indexed_at.is_(None)
+                )
+            )
         counts = {k: snapshots.get(k, 0) for k in ("queued", "started", "paused", "sealed")}
         counts["total"] = sum(snapshots.values())
         result_counts = {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")}
@@ -296,25 +333,13 @@ class CrawlService:
             output_dir=crawl.output_dir,
             snapshots=counts,
             results=result_counts,
-            results_pending=pending,
+            http_errors=http_errors or 0,
+            network_errors=network_errors or 0,
+            seeds=crawl.seed_count,
+            cancelled=crawl.cancelled_at is not None,
+            error=crawl.error,
+            results_pending=pending or 0,
         )
-
-    @staticmethod
-    def _results_pending(s, crawl_id: str) -> int:
-        """How many hook results executors reported that the projector has not written yet."""
-        reported = {
-            (t.snapshot_id, r["plugin"], r["hook_name"])
-            for t in s.scalars(select(SnapshotTask).where(SnapshotTask.crawl_id == crawl_id))
-            for r in (t.results or [])
-        }
-        projected = set(
-            s.execute(
-                select(ArchiveResult.snapshot_id, ArchiveResult.plugin, ArchiveResult.hook_name)
-                .join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id)
-                .where(Snapshot.crawl_id == crawl_id)
-            ).all()
-        )
-        return len(reported - projected)
 
     def list_snapshots(self, crawl_id: str | None, limit: int, offset: int) -> SnapshotPage:
         """Snapshots (oldest first) with their ArchiveResults and tags."""
@@ -367,6 +392,9 @@ class CrawlService:
                 downloaded_at=x.downloaded_at,
                 output_dir=x.output_dir,
                 output_size=x.output_size,
+                http_status=x.http_status,
+                final_url=x.final_url,
+                network_error=x.network_error,
                 tags=tags[x.id],
                 results=results[x.id],
             )

@@ -1,33 +1,39 @@
-"""The result-projector: turns hook and binary events into ArchiveResult, Process and Binary rows.
+"""The result-projector: turns hook and binary events into rows, and sealed snapshots into indexes.
 
-It is the only writer of those rows (DESIGN.md rule 3) and writes them as idempotent upserts on
-their natural keys, so a redelivered event never duplicates a row:
+It is the only writer of ArchiveResult, Process and Binary rows (DESIGN.md rule 3) and writes
+them as idempotent upserts on their natural keys, so a redelivered event never duplicates a row:
 
 - ArchiveResult on ``(snapshot_id, plugin, hook_name)``; an older run's event arriving after a
-  newer one (``start_ts`` earlier than the stored one) does not overwrite it;
+  newer one (``start_ts`` earlier than the stored one) does not overwrite it; a ``fallback``
+  record (a hook that never reported) is stored only where the hook has no result, and a real
+  result always replaces it;
 - Process on ``id``;
 - Binary on ``(machine, name, abspath, version, sha256)``.
 
-It also keeps ``Snapshot.output_size`` (sum of its results) and ``Snapshot.title`` (from the
-``title`` plugin, when the snapshot has none yet). A batch is committed in one transaction and
-only then acked.
+It also keeps ``Snapshot.output_size`` (sum of its results), ``Snapshot.title`` (``titles``)
+and each snapshot's ``index.jsonl`` (``index``): written when the snapshot is sealed, written
+again when a result arrives later, and repaired by a sweep when a write failed (a full disk).
+``Snapshot.indexed_at`` is NULL while the file is missing or stale. A batch of events is
+committed in one transaction and only then acked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 
 import msgspec
 from sqlalchemy import func, or_, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from boxcar.result_projector import index
 from boxcar.shared import bus, telemetry
+from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, insert_for
-from boxcar.shared.db.models import ArchiveResult, Binary, Process, Snapshot, utcnow
+from boxcar.shared.db.models import ArchiveResult, Binary, Process, Snapshot, Status
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import ArchiveResultRecord, BinaryRecord, ProcessRecord, decode
+from boxcar.shared.messages import ArchiveResultRecord, BinaryRecord, ProcessRecord, SnapshotEvent, decode
 from boxcar.shared.settings import Settings
 from boxcar.shared.titles import page_title
 
@@ -35,10 +41,12 @@ log = logging.getLogger("boxcar.result_projector")
 tracer = telemetry.tracer("boxcar.result_projector")
 
 BATCH = 100
+REPAIR_INTERVAL = 30.0
+TITLE_SOURCES = ("title", "seo", "staticfile")
 
 
 def upsert_archiveresult(s: Session, r: ArchiveResultRecord) -> str:
-    """Insert or update one ArchiveResult; returns its snapshot id."""
+    """Insert or update one ArchiveResult (a fallback only where none exists); returns its snapshot id."""
     insert = insert_for(s)
     values = {
         "id": r.id,
@@ -51,14 +59,17 @@ def upsert_archiveresult(s: Session, r: ArchiveResultRecord) -> str:
         "output_files": msgspec.to_builtins(r.output_files),
         "output_size": r.output_size,
         "output_mimetypes": r.output_mimetypes,
-        "start_ts": r.start_ts,
-        "end_ts": r.end_ts,
+        "start_ts": None if r.fallback else r.start_ts,
+        "end_ts": None if r.fallback else r.end_ts,
         "notes": r.notes,
         "process_id": r.process_id,
         "created_at": utcnow(),
         "modified_at": utcnow(),
     }
     stmt = insert(ArchiveResult).values(values)
+    if r.fallback:
+        s.execute(stmt.on_conflict_do_nothing(index_elements=["snapshot_id", "plugin", "hook_name"]))
+        return r.snapshot_id
     updatable = {
         k: stmt.excluded[k] for k in values if k not in ("id", "snapshot_id", "plugin", "hook_name", "created_at")
     }
@@ -67,19 +78,21 @@ def upsert_archiveresult(s: Session, r: ArchiveResultRecord) -> str:
             index_elements=["snapshot_id", "plugin", "hook_name"],
             set_=updatable,
             where=or_(
-                ArchiveResult.start_ts.is_(None),
+                ArchiveResult.start_ts.is_(None),  # a fallback, or a result of unknown age
                 stmt.excluded.start_ts.is_(None),
                 stmt.excluded.start_ts >= ArchiveResult.start_ts,
             ),
         )
     )
-    if r.plugin in ("title", "seo") and r.status == "succeeded":
+    if r.plugin in TITLE_SOURCES and r.status == "succeeded":
         refresh_title(s, r.snapshot_id)
     return r.snapshot_id
 
 
 def refresh_title(s: Session, snapshot_id: str) -> None:
-    """Snapshot.title from the browser: ``og:title``, else the cleaned ``<title>`` (``titles.page_title``).
+    """Snapshot.title from the capture: the browser's ``og:title``, else its cleaned ``<title>``
+    (``titles.page_title``); for a document (a PDF) the title staticfile read from it, else its
+    file name.
 
     A title the snapshot already has from its source (a bookmark's, a feed item's) is kept; one this
     projector derived earlier from fewer results is refined.
@@ -88,17 +101,19 @@ def refresh_title(s: Session, snapshot_id: str) -> None:
         s.execute(
             select(ArchiveResult.plugin, ArchiveResult).where(
                 ArchiveResult.snapshot_id == snapshot_id,
-                ArchiveResult.plugin.in_(("title", "seo")),
+                ArchiveResult.plugin.in_(TITLE_SOURCES),
                 ArchiveResult.status == "succeeded",
             )
         ).all()
     )
-    title = results.get("title")
-    if title is None or not title.output_str.strip():
+    title, seo, document = results.get("title"), results.get("seo"), results.get("staticfile")
+    if title is not None and title.output_str.strip():
+        best = page_title(title.output_str, seo.output_json if seo and isinstance(seo.output_json, dict) else None)
+        raw = " ".join(title.output_str.split())
+    elif document is not None and isinstance(document.output_json, dict) and document.output_json.get("title"):
+        best = raw = str(document.output_json["title"])
+    else:
         return
-    seo = results.get("seo")
-    best = page_title(title.output_str, seo.output_json if seo and isinstance(seo.output_json, dict) else None)
-    raw = " ".join(title.output_str.split())
     s.execute(
         update(Snapshot)
         .where(
@@ -157,26 +172,43 @@ def upsert_binary(s: Session, b: BinaryRecord) -> None:
     )
 
 
-def refresh_output_size(s: Session, snapshot_ids: set[str]) -> None:
-    """Snapshot.output_size = the sum of its ArchiveResults' output_size (bytes)."""
+def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> None:
+    """After new results: ``output_size`` = the sum of the results' sizes (bytes), and a sealed
+    snapshot's index marked stale (``indexed_at`` NULL) so it is written again."""
     if not snapshot_ids:
         return
+    ids = list(snapshot_ids)
     total = (
         select(func.coalesce(func.sum(ArchiveResult.output_size), 0))
         .where(ArchiveResult.snapshot_id == Snapshot.id)
         .scalar_subquery()
     )
-    s.execute(update(Snapshot).where(Snapshot.id.in_(snapshot_ids)).values(output_size=total))
+    s.execute(update(Snapshot).where(Snapshot.id.in_(ids)).values(output_size=total))
+    s.execute(update(Snapshot).where(Snapshot.id.in_(ids), Snapshot.status == Status.SEALED).values(indexed_at=None))
 
 
-def project(s: Session, subject: str, data: bytes, touched: set[str]) -> None:
-    """Apply one event to the database (unknown subjects are ignored)."""
+class Batch:
+    """What one batch of events changed: results per snapshot, and snapshots to index."""
+
+    def __init__(self) -> None:
+        self.touched: set[str] = set()
+        self.sealed: set[str] = set()
+
+
+def project(s: Session, subject: str, data: bytes, batch: Batch) -> None:
+    """Apply one event to the database (unknown subjects are ignored).
+
+    Raises:
+        msgspec.ValidationError / DecodeError: the event can never be projected (poison).
+    """
     if subject == bus.SUBJECT_ARCHIVERESULT:
-        touched.add(upsert_archiveresult(s, decode(data, ArchiveResultRecord)))
+        batch.touched.add(upsert_archiveresult(s, decode(data, ArchiveResultRecord)))
     elif subject.startswith("events.process."):
         upsert_process(s, decode(data, ProcessRecord))
     elif subject.startswith("events.binary."):
         upsert_binary(s, decode(data, BinaryRecord))
+    elif subject == "events.snapshot.sealed":
+        batch.sealed.add(decode(data, SnapshotEvent).snapshot_id)
 
 
 class ResultProjector:
@@ -194,55 +226,79 @@ class ResultProjector:
         nc = await bus.connect(self.settings.nats_url, "result-projector")
         js = nc.jetstream()
         await bus.ensure_streams(js)
-        await bus.ensure_consumer(js, bus.EVENTS_STREAM, bus.PROJECTOR_CONSUMER, "events.>", max_ack_pending=5000)
+        max_deliver = self.settings.runner_max_deliver
+        await bus.ensure_consumer(
+            js,
+            bus.EVENTS_STREAM,
+            bus.PROJECTOR_CONSUMER,
+            "events.>",
+            max_ack_pending=5000,
+            ack_wait=30,
+            max_deliver=max_deliver,
+        )
         sub = await bus.pull(js, bus.EVENTS_STREAM, bus.PROJECTOR_CONSUMER)
         log.info("result-projector ready")
         try:
-            while not self._stop.is_set():
-                try:
-                    msgs = await sub.fetch(BATCH, timeout=1)
-                except TimeoutError:
-                    continue
-                except Exception as exc:
-                    log.warning("fetch failed: %s", exc)
-                    await asyncio.sleep(1)
-                    continue
-                if msgs:
-                    await self.handle_batch(msgs)
+            await asyncio.gather(
+                bus.consume(
+                    js,
+                    sub,
+                    self.handle_one,
+                    consumer=bus.PROJECTOR_CONSUMER,
+                    stop=self._stop,
+                    max_deliver=max_deliver,
+                    batch=BATCH,
+                    batch_handler=self.handle_batch,
+                ),
+                self._repair_loop(),
+            )
         finally:
             await nc.close()
 
     async def handle_batch(self, msgs: list) -> None:
-        """Project a batch in one transaction, then ack it; on failure, retry message by message."""
+        """Project a batch in one transaction (the caller acks it after), then index what it sealed."""
         with tracer.start_as_current_span(
             "project batch", context=telemetry.context_from(bus.headers_of(msgs[0]))
         ) as span:
             span.set_attribute("messaging.batch.message_count", len(msgs))
-            try:
-                await asyncio.to_thread(self._apply, [(m.subject, m.data) for m in msgs])
-            except Exception as exc:
-                log.warning("batch of %d failed (%s); projecting one by one", len(msgs), exc)
-                for m in msgs:
-                    await self._handle_one(m)
-                return
-        for m in msgs:
-            await m.ack()
+            await asyncio.to_thread(self.apply, [(m.subject, m.data) for m in msgs])
 
-    async def _handle_one(self, m) -> None:
-        try:
-            await asyncio.to_thread(self._apply, [(m.subject, m.data)])
-        except (msgspec.ValidationError, msgspec.DecodeError, IntegrityError) as exc:
-            log.error("dropping event %s that can never be projected: %s", m.subject, exc)
-            await m.term()
-        except OperationalError as exc:
-            log.warning("database unavailable (%s); event %s will be redelivered", exc, m.subject)
-            await m.nak(delay=5)
-        else:
-            await m.ack()
+    async def handle_one(self, msg) -> None:
+        await asyncio.to_thread(self.apply, [(msg.subject, msg.data)])
 
-    def _apply(self, items: list[tuple[str, bytes]]) -> None:
-        touched: set[str] = set()
+    def apply(self, items: list[tuple[str, bytes]]) -> None:
+        """Project events, commit, then write the indexes they call for (a failed write is left
+        for the repair sweep: the rows are what matters and they are committed)."""
+        batch = Batch()
         with self.db.write() as s:
             for subject, data in items:
-                project(s, subject, data, touched)
-            refresh_output_size(s, touched)
+                project(s, subject, data, batch)
+            refresh_snapshots(s, batch.touched)
+        for snapshot_id in batch.sealed | batch.touched:
+            self.index(snapshot_id)
+
+    def index(self, snapshot_id: str) -> bool:
+        """Write a sealed snapshot's ``index.jsonl`` from its rows; False when it is not sealed or
+        the write failed (logged; the repair sweep tries again)."""
+        try:
+            return index.write_index(self.db, self.settings.data_dir, snapshot_id)
+        except OSError as exc:
+            log.error("index.jsonl of snapshot %s not written (%s); will retry", snapshot_id, exc)
+            return False
+
+    async def _repair_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await asyncio.to_thread(self.repair)
+            except Exception:
+                log.exception("index repair failed; retrying")
+            try:
+                await asyncio.wait_for(self._stop.wait(), REPAIR_INTERVAL)
+            except TimeoutError:
+                pass
+
+    def repair(self, limit: int = 200) -> int:
+        """Index sealed snapshots whose index is missing or stale; returns how many were written."""
+        with self.db.read() as s:
+            ids = index.unindexed(s, utcnow() - timedelta(seconds=5), limit)
+        return sum(self.index(i) for i in ids)

@@ -5,62 +5,67 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from boxcar.crawl_runner import queries as q
-from boxcar.shared.db.models import QUEUED, STARTED, Crawl, Snapshot, SnapshotTask, utcnow
+from boxcar.shared.clock import utcnow
+from boxcar.shared.db.models import QUEUED, STARTED, Crawl, Snapshot, SnapshotTask, TaskStatus
 from boxcar.shared.ids import new_id
+from boxcar.shared.messages import Seed
 
 
-def _crawl_with_snapshot(db) -> tuple[str, str]:
+def new_crawl(db, urls: list[str], *, status=STARTED) -> str:
+    """A started crawl whose seeds are already snapshots (queued, due now)."""
     now = utcnow()
-    crawl = Crawl(id=new_id(), status=STARTED, retry_at=now, seeds=[], output_dir="x")
+    crawl = Crawl(id=new_id(), status=status, retry_at=now, output_dir="x", seed_count=len(urls), seeded=len(urls))
     with db.write() as s:
         s.add(crawl)
         s.flush()
-        ids = q.insert_snapshots(
-            s, crawl, [q.NewSnapshot("https://example.com/")], depth=0, parent_id=None, now=now, user="system"
-        )
-    return crawl.id, ids[0]
+        q.insert_snapshots(s, crawl, [Seed.parse(u) for u in urls], depth=0, parent_id=None, now=now)
+    return crawl.id
+
+
+def _crawl_with_snapshot(db) -> tuple[str, str]:
+    crawl_id = new_crawl(db, ["https://example.com/"])
+    with db.read() as s:
+        return crawl_id, s.scalar(select(Snapshot.id).where(Snapshot.crawl_id == crawl_id))
 
 
 def test_only_one_of_many_concurrent_claims_wins(db):
-    crawl_id, snapshot_id = _crawl_with_snapshot(db)
-    with db.read() as s:
-        seen = s.get(Snapshot, snapshot_id).retry_at
+    crawl_id = new_crawl(db, [f"https://example.com/{i}" for i in range(5)])
     barrier = threading.Barrier(8)
-    wins: list[bool] = []
+    claimed: list[list[str]] = []
 
     def claim():
         barrier.wait()
         with db.write() as s:
-            wins.append(q.claim_queued_snapshot(s, snapshot_id, seen, utcnow(), timedelta(seconds=60), 1) is not None)
+            claimed.append([x.id for x in q.claim_queued_snapshots(s, crawl_id, 3, utcnow(), timedelta(seconds=60), 1)])
 
     threads = [threading.Thread(target=claim) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert wins.count(True) == 1 and len(wins) == 8
+    ids = [i for batch in claimed for i in batch]
+    assert len(ids) == len(set(ids)) == 5, "a snapshot was claimed twice, or one was never claimed"
     with db.read() as s:
-        snap = s.get(Snapshot, snapshot_id)
-        assert snap.status == STARTED and snap.retry_at > utcnow()
+        snaps = list(s.scalars(select(Snapshot).where(Snapshot.crawl_id == crawl_id)))
+        assert all(x.status == STARTED and x.retry_at > utcnow() and x.attempts == 1 for x in snaps)
 
 
 def test_a_future_lease_is_never_stolen(db):
-    _, snapshot_id = _crawl_with_snapshot(db)
+    crawl_id, snapshot_id = _crawl_with_snapshot(db)
     now = utcnow()
-    with db.read() as s:
-        seen = s.get(Snapshot, snapshot_id).retry_at
     with db.write() as s:
-        assert q.claim_queued_snapshot(s, snapshot_id, seen, now, timedelta(seconds=60), 1)
+        [snap] = q.claim_queued_snapshots(s, crawl_id, 1, now, timedelta(seconds=60), 1)
+        lease = snap.retry_at
     with db.read() as s:
-        lease = s.get(Snapshot, snapshot_id).retry_at
         # nothing due: the leased row is not offered to anyone
         assert snapshot_id not in [sid for sid, _ in q.due_started_snapshots(s, now)]
     with db.write() as s:
+        assert not q.claim_queued_snapshots(s, crawl_id, 1, now, timedelta(seconds=60), 1)
         # a replica holding a stale view can't take it either
-        assert q.claim_started_snapshot(s, snapshot_id, seen, now, timedelta(seconds=60)) is None
+        assert q.claim_started_snapshot(s, snapshot_id, now, now, timedelta(seconds=60)) is None
         # once it expires, exactly one replica may take it over
         later = lease + timedelta(seconds=1)
         assert q.claim_started_snapshot(s, snapshot_id, lease, later, timedelta(seconds=60)) is not None
@@ -68,38 +73,51 @@ def test_a_future_lease_is_never_stolen(db):
 
 
 def test_duplicate_completion_and_stale_stage_change_nothing(db):
-    _, snapshot_id = _crawl_with_snapshot(db)
+    crawl_id, snapshot_id = _crawl_with_snapshot(db)
     now = utcnow()
     with db.write() as s:
-        snap = q.claim_queued_snapshot(
-            s, snapshot_id, s.get(Snapshot, snapshot_id).retry_at, now, timedelta(seconds=60), 1
-        )
+        [snap] = q.claim_queued_snapshots(s, crawl_id, 1, now, timedelta(seconds=60), 1)
         q.insert_tasks(s, snap, 1, {"fetch": ["wget"]}, now)
         q.insert_tasks(s, snap, 1, {"fetch": ["wget"]}, now)  # planning twice is harmless
+    task_id = q.task_id(snapshot_id, 1, 1, "fetch")
     with db.write() as s:
-        assert len(list(s.scalars(select(SnapshotTask).where(SnapshotTask.snapshot_id == snapshot_id)))) == 1
+        assert s.scalar(select(func.count()).where(SnapshotTask.snapshot_id == snapshot_id)) == 1
         assert q.lock_snapshot_at_stage(s, snapshot_id, 1, now) is not None
-        assert q.complete_task(s, q.task_id(snapshot_id, 1, "fetch"), "succeeded", [], "", now)
-        assert not q.complete_task(s, q.task_id(snapshot_id, 1, "fetch"), "failed", [], "late", now)
+        assert q.complete_task(s, task_id, TaskStatus.SUCCEEDED, "", now)
+        assert not q.complete_task(s, task_id, TaskStatus.FAILED, "late", now)
         assert q.lock_snapshot_at_stage(s, snapshot_id, 2, now) is None  # an event for a stage it is not at
     with db.read() as s:
-        task = s.get(SnapshotTask, q.task_id(snapshot_id, 1, "fetch"))
+        task = s.get(SnapshotTask, task_id)
         assert task.status == "succeeded" and task.error == ""
 
 
-def test_crawl_seals_only_without_open_snapshots(db):
+def test_crawl_seals_only_without_open_snapshots_and_with_every_seed_in(db):
     crawl_id, snapshot_id = _crawl_with_snapshot(db)
     now = utcnow()
     with db.write() as s:
         assert not q.seal_crawl_if_done(s, crawl_id, now)
         assert s.get(Crawl, crawl_id).status == STARTED
     with db.write() as s:
-        snap = s.get(Snapshot, snapshot_id)
-        snap.status, snap.stage = STARTED, 99
+        [snap] = q.claim_queued_snapshots(s, crawl_id, 1, now, timedelta(seconds=60), 3)
+        assert q.seal_snapshot(s, snap, now)
+        s.get(Crawl, crawl_id).seed_count = 2  # one seed not inserted yet
     with db.write() as s:
-        assert q.seal_snapshot(s, s.get(Snapshot, snapshot_id), now)
+        assert not q.seal_crawl_if_done(s, crawl_id, now)
+        s.get(Crawl, crawl_id).seeded = 2
+    with db.write() as s:
         assert q.seal_crawl_if_done(s, crawl_id, now)
         assert not q.seal_crawl_if_done(s, crawl_id, now)  # sealing twice is a no-op
     with db.read() as s:
         assert s.get(Crawl, crawl_id).status == "sealed"
         assert s.get(Snapshot, snapshot_id).status == "sealed" != QUEUED
+
+
+def test_inserts_are_batched_and_percent_escape_case_is_one_page(db):
+    """Thousands of rows in one call stay under Postgres' 65,535-parameter cap; ``%c3`` and ``%C3``
+    are one snapshot (RFC 3986 §6.2.2), fetched as the first one was given."""
+    urls = [f"https://example.com/page/{i}" for i in range(5000)]
+    urls += ["https://example.com/p%c3%bcr-b.html", "https://example.com/p%C3%BCr-b.html"]
+    crawl_id = new_crawl(db, urls)
+    with db.read() as s:
+        assert s.scalar(select(func.count()).where(Snapshot.crawl_id == crawl_id)) == 5001
+        assert s.scalar(select(Snapshot.url).where(Snapshot.url.like("%b.html"))) == urls[-2]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from boxcar.hook_executor.hooks import HookProcess
+from boxcar.shared.messages import encode
 from boxcar.shared.plugins import Hook, get_catalog, parse_hook
 
 
@@ -69,7 +70,7 @@ def test_records_files_and_discovered_urls(tmp_path):
     assert (result.status, result.output_str, result.output_size) == ("succeeded", "probe/out.txt", 5)
     assert result.output_files["out.txt"].mimetype == "text/plain"
     [found] = proc.discovered()
-    assert (found.url, found.title, found.tags) == ("https://example.com/next", "Next", ["a", "b"])
+    assert (found.url, found.title, found.tags) == ("https://example.com/next", "Next", ("a", "b"))
     assert proc.tags() == ["found"]
     record = proc.process_record("S1", "C1", "m1")
     assert record.exit_code == 0 and "some log line" in record.stdout
@@ -129,3 +130,81 @@ def test_real_wget_hook_on_a_local_page(tmp_path, demo_site):
     assert result.status == "succeeded", result.notes
     assert any(p.endswith("index.html") for p in result.output_files)
     assert any(p.startswith("warc/") and p.endswith(".warc.gz") for p in result.output_files)
+
+
+def test_a_file_name_that_is_not_utf8_is_carried_as_text(tmp_path):
+    """wget names a file after a Latin-1 query (raw byte 0xF6); the result must still encode."""
+    hook = script_hook(
+        tmp_path,
+        """
+        open(b"page@q=H\\xf6he.html", "w").write("<html></html>")
+        print(json.dumps({"type": "ArchiveResult", "status": "succeeded", "output_str": "probe/x"}))
+    """,
+    )
+    result = run(hook, tmp_path).archive_result("S", "C")
+    assert list(result.output_files) == ["page@q=H\\xf6he.html"]
+    assert encode(result)  # msgspec refuses lone surrogates: this is what crashed the fetch task
+
+
+def test_a_daemon_stopped_after_its_deadline_still_reports(tmp_path):
+    """A background hook asked to stop after its deadline passed gets its grace, and its own
+    record stands (it is not reported as timed out)."""
+    hook = script_hook(
+        tmp_path,
+        """
+        def stop(*_):
+            print(json.dumps({"type": "ArchiveResult", "status": "succeeded", "output_str": "probe/done"}), flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, stop)
+        print("listening", flush=True)
+        time.sleep(60)
+    """,
+        name="on_Snapshot__10_probe.daemon.bg.py",
+    )
+
+    async def go() -> HookProcess:
+        snap = tmp_path / "snap"
+        proc = HookProcess(
+            hook, [sys.executable, hook.path], snap / "probe", dict(os.environ), 1, margin=0, kill_grace=3
+        )
+        await proc.start()
+        await proc.wait_ready()
+        await asyncio.sleep(1.5)  # the foreground hooks ran past this one's deadline
+        await proc.stop()
+        return proc
+
+    result = asyncio.run(go()).archive_result("S", "C")
+    assert (result.status, result.output_str) == ("succeeded", "probe/done")
+
+
+def test_a_cancel_kills_the_hook_and_records_it_skipped(tmp_path):
+    hook = script_hook(tmp_path, "time.sleep(60)")
+
+    async def go() -> HookProcess:
+        proc = HookProcess(
+            hook, [sys.executable, hook.path], tmp_path / "snap" / "probe", dict(os.environ), 60, kill_grace=1
+        )
+        cancelled = asyncio.Event()
+        await proc.start()
+        asyncio.get_running_loop().call_later(0.5, cancelled.set)
+        started = time.monotonic()
+        await proc.wait(cancelled)
+        assert time.monotonic() - started < 5
+        return proc
+
+    proc = asyncio.run(go())
+    assert not alive(proc.pid)
+    result = proc.archive_result("S", "C")
+    assert (result.status, result.output_str) == ("skipped", "cancelled")
+
+
+def test_does_not_apply_is_skipped_not_noresults(tmp_path):
+    body = """print(json.dumps({"type": "ArchiveResult", "status": "noresults", "output_str": "%s"}))"""
+    for reason, status in (
+        ("Browser document is not HTML", "skipped"),
+        ("staticfile already handled", "skipped"),
+        ("Main response was HTTP 200 text/html (not staticfile)", "skipped"),
+        ("No title found", "noresults"),
+    ):
+        result = run(script_hook(tmp_path, body % reason), tmp_path).archive_result("S", "C")
+        assert (result.status, result.output_str) == (status, reason)

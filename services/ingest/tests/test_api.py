@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 from litestar.testing import TestClient
+from sqlalchemy import select
 
 from boxcar.ingest.app import create_app
 from boxcar.ingest.auth import create_token
-from boxcar.shared.db.models import Crawl
+from boxcar.shared.db.models import Crawl, CrawlSeed
 from boxcar.shared.settings import Settings
 
 
@@ -39,8 +40,9 @@ def test_create_and_read_a_crawl(client, db):
     assert body["status"] == "queued" and body["urls"] == 2  # duplicates merged on the canonical form
     with db.read() as s:
         crawl = s.get(Crawl, body["id"])
-        assert [seed["url"] for seed in crawl.seeds] == ["https://example.com/a", "https://example.com/b"]
-        assert crawl.seeds[1]["title"] == "B" and crawl.tags_str == "news,tech" and crawl.plugins == ["wget"]
+        seeds = list(s.scalars(select(CrawlSeed).where(CrawlSeed.crawl_id == crawl.id).order_by(CrawlSeed.position)))
+        assert [seed.url for seed in seeds] == ["https://example.com/a", "https://example.com/b"]
+        assert seeds[1].title == "B" and crawl.tags_str == "news,tech" and crawl.plugins == ["wget"]
         assert crawl.output_dir.startswith("archive/users/system/crawls/")
     status = client.get(f"/api/v1/crawls/{body['id']}").json()
     assert status["status"] == "queued" and status["snapshots"]["total"] == 0 and status["max_depth"] == 1
@@ -70,7 +72,7 @@ def test_unknown_crawl_is_404_and_openapi_is_served(client):
     assert client.get("/api/v1/crawls/0123").status_code == 400  # not an id at all
     schema = client.get("/schema/openapi.json").json()
     assert {"/api/v1/crawls", "/api/v1/crawls/{crawl_id}", "/api/v1/snapshots"} <= set(schema["paths"])
-    assert client.get("/healthz").json() == {"ok": True, "nats": False}
+    assert client.get("/healthz").json() == {"ok": True, "db": True, "nats": False}
 
 
 def test_writes_and_reads_need_a_valid_token(db, tmp_path, monkeypatch):
@@ -104,3 +106,50 @@ def test_body_over_the_limit_is_413_with_the_limit_named(db, tmp_path, monkeypat
         )
     assert response.status_code == 413
     assert "limit" in response.json()["detail"] and "MAX_REQUEST_BODY" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        ({"WGET_ARGS_EXTRA": ["--post-file=/etc/passwd"]}, "WGET_ARGS_EXTRA"),
+        ({"WGET_ARGS_EXTRA": '["--post-file=/etc/passwd"]'}, "WGET_ARGS_EXTRA"),
+        ({"NODE_OPTIONS": "--import=data:text/javascript,process.exit(1)"}, "NODE_OPTIONS"),
+        ({"PYTHONWARNINGS": "error", "BROWSER": "sh -c id"}, "PYTHONWARNINGS"),
+        ({"BROWSER": "sh -c id"}, "BROWSER"),
+        ({"WGET_BINARY": "/bin/sh"}, "WGET_BINARY"),
+        ({"LD_PRELOAD": "/tmp/x.so"}, "LD_PRELOAD"),
+        ({"PATH": "/tmp"}, "PATH"),
+        ({"HTTPS_PROXY": "http://evil.example:8080"}, "HTTPS_PROXY"),
+        ({"CHROME_ARGS_EXTRA": ["--remote-debugging-address=0.0.0.0"]}, "CHROME_ARGS_EXTRA"),
+        ({"WGET_TIMEOUT": "abc"}, "WGET_TIMEOUT"),
+        ({"USER_AGENT": "{TWOCAPTCHA_API_KEY}"}, "USER_AGENT"),
+        ({"COOKIES_FILE": "/etc/passwd"}, "COOKIES_FILE"),
+    ],
+)
+def test_config_that_could_choose_binaries_arguments_or_paths_is_refused(client, config, key):
+    for path, body in (
+        ("/api/v1/crawls", {"urls": ["https://example.com/"], "config": config}),
+        ("/api/v1/feeds", {"url": "https://example.com/feed.xml", "config": config}),
+    ):
+        response = client.post(path, json=body)
+        assert response.status_code in (400, 422), response.text
+        assert key in response.text
+
+
+def test_allowed_config_is_typed_and_stored(client, db):
+    body = {"urls": ["https://example.com/"], "config": {"WGET_TIMEOUT": 30, "SAVE_WARC": False, "USER_AGENT": "Bot/1"}}
+    response = client.post("/api/v1/crawls", json=body)
+    assert response.status_code == 201, response.text
+    with db.read() as s:
+        config = s.get(Crawl, response.json()["id"]).config
+    assert config["WGET_TIMEOUT"] == "30" and config["WGET_WARC_ENABLED"] == "false" and config["USER_AGENT"] == "Bot/1"
+
+
+def test_a_read_only_token_reads_but_never_writes(db, tmp_path, monkeypatch):
+    monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:1")
+    token = create_token(db, "viewer", scope="read")
+    with TestClient(app=create_app(Settings(data_dir=tmp_path), db)) as c:
+        c.headers["Authorization"] = f"Bearer {token}"
+        assert c.get("/api/v1/snapshots").status_code == 200
+        assert c.post("/api/v1/crawls", json={"urls": ["https://example.com/"]}).status_code == 403
+        assert c.post("/api/v1/imports", content=b"https://example.com/").status_code == 403

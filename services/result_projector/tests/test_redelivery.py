@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 
 import nats
@@ -11,21 +12,30 @@ from sqlalchemy import func, select
 from boxcar.crawl_runner import queries as q
 from boxcar.result_projector.projector import ResultProjector
 from boxcar.shared import bus
-from boxcar.shared.db.models import STARTED, ArchiveResult, Binary, Crawl, Process, Snapshot, utcnow
+from boxcar.shared.clock import utcnow
+from boxcar.shared.db.models import STARTED, ArchiveResult, Binary, Crawl, Process, Snapshot
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import ArchiveResultRecord, BinaryRecord, OutputFile, ProcessRecord
+from boxcar.shared.messages import (
+    ArchiveResultRecord,
+    BinaryRecord,
+    OutputFile,
+    ProcessRecord,
+    Seed,
+    SnapshotEvent,
+    encode,
+)
 from boxcar.shared.settings import Settings
 
 
 def _snapshot(db) -> str:
     now = utcnow()
-    crawl = Crawl(id=new_id(), status=STARTED, retry_at=now, seeds=[], output_dir="x")
+    crawl = Crawl(id=new_id(), status=STARTED, retry_at=now, output_dir="x")
     with db.write() as s:
         s.add(crawl)
         s.flush()
-        return q.insert_snapshots(
-            s, crawl, [q.NewSnapshot("https://example.com/a")], depth=0, parent_id=None, now=now, user="system"
-        )[0]
+        return q.insert_snapshots(s, crawl, [Seed.parse("https://example.com/a")], depth=0, parent_id=None, now=now)[0][
+            0
+        ]
 
 
 async def _drained(js, timeout: float = 30) -> None:
@@ -94,7 +104,7 @@ def test_duplicates_and_redeliveries_upsert_once(db, db_url, nats_url, monkeypat
         sub = await bus.pull(js, bus.EVENTS_STREAM, bus.PROJECTOR_CONSUMER)
         msgs = await sub.fetch(100, timeout=2)
         assert len(msgs) == 7
-        await asyncio.to_thread(projector._apply, [(m.subject, m.data) for m in msgs])
+        await asyncio.to_thread(projector.apply, [(m.subject, m.data) for m in msgs])
         for m in msgs:
             await m.nak()
         await sub.unsubscribe()
@@ -116,3 +126,63 @@ def test_duplicates_and_redeliveries_upsert_once(db, db_url, nats_url, monkeypat
         assert rows[0].status == "succeeded" and rows[0].output_str == "wget/index.html"  # the stale one lost
         assert rows[0].output_files == {"index.html": {"size": 1234, "mimetype": "text/html"}}
         assert s.get(Snapshot, snapshot_id).output_size == 1234
+
+
+def _sealed_snapshot(db) -> str:
+    snapshot_id = _snapshot(db)
+    with db.write() as s:
+        snap = s.get(Snapshot, snapshot_id)
+        snap.status, snap.attempts = "sealed", 1
+    return snapshot_id
+
+
+def test_fallbacks_never_replace_a_real_result_and_the_index_follows_the_rows(db, tmp_path):
+    snapshot_id = _sealed_snapshot(db)
+    projector = ResultProjector(Settings(data_dir=tmp_path), db)
+    real = ArchiveResultRecord(
+        id=new_id(),
+        snapshot_id=snapshot_id,
+        plugin="wget",
+        hook_name="h1",
+        status="succeeded",
+        output_str="wget/index.html",
+        start_ts=utcnow(),
+    )
+    stand_in = ArchiveResultRecord.stand_in(
+        snapshot_id=snapshot_id, crawl_id="", plugin="wget", hook_name="h1", status="failed", reason="task failed"
+    )
+    other = ArchiveResultRecord.stand_in(
+        snapshot_id=snapshot_id, crawl_id="", plugin="favicon", hook_name="h2", status="failed", reason="task failed"
+    )
+    sealed = encode(SnapshotEvent(snapshot_id=snapshot_id, crawl_id="", status="sealed"))
+    # the stand-in first, the real result later: the real one replaces it
+    projector.apply([(bus.SUBJECT_ARCHIVERESULT, encode(stand_in)), ("events.snapshot.sealed", sealed)])
+    projector.apply([(bus.SUBJECT_ARCHIVERESULT, encode(real))])
+    # a stand-in after the real result changes nothing; one for a hook with no result is kept
+    projector.apply([(bus.SUBJECT_ARCHIVERESULT, encode(stand_in)), (bus.SUBJECT_ARCHIVERESULT, encode(other))])
+    with db.read() as s:
+        rows = {r.hook_name: r for r in s.scalars(select(ArchiveResult))}
+        snap = s.get(Snapshot, snapshot_id)
+    assert rows["h1"].status == "succeeded" and rows["h2"].status == "failed" and rows["h2"].output_str == "task failed"
+    assert snap.indexed_at is not None
+    lines = [json.loads(line) for line in (tmp_path / snap.output_dir / "index.jsonl").read_text().splitlines()]
+    assert lines[0]["type"] == "Snapshot" and lines[0]["id"] == snapshot_id
+    assert {(r["hook_name"], r["status"]) for r in lines[1:]} == {("h1", "succeeded"), ("h2", "failed")}
+
+
+def test_a_failed_index_write_is_repaired_by_the_sweep(db, tmp_path):
+    snapshot_id = _sealed_snapshot(db)
+    with db.read() as s:
+        snap_dir = tmp_path / s.get(Snapshot, snapshot_id).output_dir
+    snap_dir.parent.mkdir(parents=True)
+    snap_dir.write_text("a file where the snapshot dir should be: writing the index fails")
+    projector = ResultProjector(Settings(data_dir=tmp_path), db)
+    sealed = encode(SnapshotEvent(snapshot_id=snapshot_id, crawl_id="", status="sealed"))
+    projector.apply([("events.snapshot.sealed", sealed)])
+    with db.read() as s:
+        assert s.get(Snapshot, snapshot_id).indexed_at is None
+    snap_dir.unlink()  # space is back
+    with db.write() as s:
+        s.get(Snapshot, snapshot_id).modified_at = utcnow() - timedelta(minutes=1)
+    assert projector.repair() == 1
+    assert (snap_dir / "index.jsonl").is_file()
