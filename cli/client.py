@@ -68,6 +68,9 @@ class BoxcarClient:
             "POST", "/api/v1/imports", params=params, files=[("file", (name, data)) for data, name in files]
         )
 
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/api/v1/status")
+
     def control_crawl(self, crawl_id: str, action: str) -> dict[str, Any]:
         return self._call("POST", f"/api/v1/crawls/{crawl_id}/{action}")
 

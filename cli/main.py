@@ -402,6 +402,36 @@ def token_create(data_dir, name, read_only) -> None:
     err.print("[dim]store it now: only its hash is kept[/]")
 
 
+@cli.command("status")
+@common_options
+@click.option("--api", default=None)
+@click.option("--token", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def status_cmd(data_dir, api, token, as_json) -> None:
+    """What the running stack is doing: crawls and snapshots by status, disk, executor families."""
+    settings = _settings(data_dir)
+    try:
+        state = _running_client(settings, api, token).status()
+    except ApiError as exc:
+        fail(str(exc), 2)
+    if as_json:
+        click.echo(json.dumps(state))
+        return
+    gib = 1024**3
+    err.print(
+        f"crawls {state['crawls']}\nsnapshots {state['snapshots']}\n"
+        f"archive {state['archive_bytes'] / gib:.2f} GiB, "
+        f"{state['disk_free_bytes'] / gib:.1f} GiB free in {state['data_dir']}"
+    )
+    table = Table("family", "pending", "in progress", "idle executors", "alive")
+    for name, fam in state["families"].items():
+        alive = "[green]yes[/]" if fam["alive"] else ("[red]NO[/]" if fam["pending"] else "no")
+        table.add_row(name, str(fam["pending"]), str(fam["in_progress"]), str(fam["executors_waiting"]), alive)
+    Console().print(table)
+    for name in state["stalled_families"]:
+        err.print(f"[red]family {name} has tasks waiting and no executor:[/] start `hook-executor --family {name}`")
+
+
 @cli.group()
 def crawl() -> None:
     """Pause, resume or cancel a crawl (needs a running stack: `boxcar up`)."""

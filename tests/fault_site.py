@@ -116,9 +116,9 @@ class FaultSite:
             host = self.base.split("://", 1)[1]
             feed = (
                 '<?xml version="1.0"?><rss version="2.0"><channel><title>Relative links</title>'
-                "<item><title>Five</title><link>/items/five.html</link><guid>five</guid></item>"
-                f"<item><title>Six</title><link>//{host}/items/six.html</link><guid>six</guid></item>"
-                "<item><title>No link</title><guid>nolink</guid></item>"
+                "<item><title>Five</title><link>/items/five.html</link><guid isPermaLink='false'>five</guid></item>"
+                f"<item><title>Six</title><link>//{host}/items/six.html</link><guid isPermaLink='false'>six</guid></item>"
+                "<item><title>No link</title><guid isPermaLink='false'>nolink</guid></item>"
                 "</channel></rss>"
             )
             return 200, feed.encode(), {"Content-Type": "application/rss+xml"}

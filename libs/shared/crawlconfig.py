@@ -69,7 +69,21 @@ CRAWL_SETTINGS: dict[str, CrawlSetting] = {
     "URL_ALLOWLIST": CrawlSetting("regex", "only archive URLs matching"),
     "URL_DENYLIST": CrawlSetting("regex", "never archive URLs matching"),
     "MAX_URL_ATTEMPTS": CrawlSetting("int", "captures of a URL that answers 429/5xx or fails to connect", 1, 20),
+    "SNAPSHOT_MAX_SIZE": CrawlSetting("bytes", "bytes one hook may write for a snapshot (0 = no limit)", 0, 2**50),
+    "CRAWL_TIMEOUT": CrawlSetting("int", "seconds a crawl may run before it is stopped (0 = no limit)", 0, 10**9),
 }
+
+
+def parse_size(text: str) -> int:
+    """``1024``, ``500k``, ``750m``, ``2g``, ``1t`` (``b`` optional, case-insensitive) in bytes.
+
+    Raises:
+        ValueError: not such a size.
+    """
+    match = re.fullmatch(r"\s*(\d{1,15})\s*([kmgt]?)b?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"expected a size like 500m or 2g, got {text[:40]!r}")
+    return int(match[1]) * 1024 ** "_kmgt".index(match[2].lower() or "_")
 
 
 class CrawlConfig(msgspec.Struct, frozen=True):
@@ -112,6 +126,8 @@ class CrawlConfig(msgspec.Struct, frozen=True):
             "URL_ALLOWLIST": settings.url_allowlist,
             "URL_DENYLIST": settings.url_denylist,
             "MAX_URL_ATTEMPTS": str(settings.max_url_attempts),
+            "SNAPSHOT_MAX_SIZE": str(settings.snapshot_max_size),
+            "CRAWL_TIMEOUT": str(settings.crawl_timeout),
         }
         keys = _AllowList.of(catalog)
         for key, raw in environ.items():
@@ -152,6 +168,16 @@ class CrawlConfig(msgspec.Struct, frozen=True):
     @property
     def max_url_attempts(self) -> int:
         return max(1, self.number("MAX_URL_ATTEMPTS", 1))
+
+    @property
+    def snapshot_max_size(self) -> int:
+        """Bytes one hook may write (0 = no limit)."""
+        return self.number("SNAPSHOT_MAX_SIZE")
+
+    @property
+    def crawl_timeout(self) -> int:
+        """Seconds a crawl may run (0 = no limit)."""
+        return self.number("CRAWL_TIMEOUT")
 
     def url_filter(self) -> UrlFilter:
         """The crawl's ``URL_ALLOWLIST``/``URL_DENYLIST`` (validated when the config was built)."""
@@ -242,6 +268,14 @@ class _AllowList:
             low, high = (spec.minimum, spec.maximum) if spec else (1, MAX_TIMEOUT)
             if not low <= number <= high:
                 raise ConfigError(key, f"must be between {low} and {high}")
+            return str(number)
+        if kind == "bytes":
+            try:
+                number = parse_size(text)
+            except ValueError as exc:
+                raise ConfigError(key, str(exc)) from None
+            if not spec.minimum <= number <= spec.maximum:
+                raise ConfigError(key, f"must be between {spec.minimum} and {spec.maximum} bytes")
             return str(number)
         if kind == "regex":
             try:

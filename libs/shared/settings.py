@@ -64,7 +64,17 @@ class Settings(BaseSettings):
     archive_user: str = Field(default="system", description="User name in archive/users/<user>/ paths")
     plugins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PLUGINS))
     timeout: int = Field(default=60, description="Default per-hook timeout (ArchiveBox TIMEOUT)")
-    crawl_max_urls: int = Field(default=0, description="Max snapshots per crawl, 0 = unlimited")
+    crawl_max_urls: int = Field(
+        default=10_000,
+        ge=0,
+        description="Snapshots a crawl may grow to by following links (0 = no limit; the URLs given all count)",
+    )
+    crawl_timeout: int = Field(
+        default=0, ge=0, description="Seconds a crawl may run before it is stopped (0 = no limit)"
+    )
+    snapshot_max_size: Annotated[int, NoDecode] = Field(
+        default=1024**3, ge=0, description="Bytes one hook may write for one snapshot (0 = no limit; 500m, 2g …)"
+    )
     crawl_max_concurrent_snapshots: int = Field(default=8, ge=1)
     only_new: bool = Field(default=True, description="Skip URLs already archived in any crawl")
     url_allowlist: str = Field(default="", description="Only archive URLs matching (regex, or domains)")
@@ -113,6 +123,15 @@ class Settings(BaseSettings):
     @classmethod
     def _split_csv(cls, value: object) -> object:
         return _csv(value)
+
+    @field_validator("snapshot_max_size", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        if isinstance(value, str):
+            from boxcar.shared.crawlconfig import parse_size
+
+            return parse_size(value)
+        return value
 
     @field_validator("data_dir", mode="after")
     @classmethod

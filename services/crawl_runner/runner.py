@@ -94,6 +94,7 @@ class CrawlRunner:
         self.pickup_timeout = timedelta(seconds=settings.task_pickup_timeout)
         self._plans: dict[str, Plan] = {}
         self._trouble: dict[str, tuple[int, float]] = {}  # crawl id -> (failures, not before)
+        self._announce: set[str] = set()  # stopped crawls to put in the CANCELLED bucket
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self.js: JetStreamContext | None = None
@@ -190,6 +191,8 @@ class CrawlRunner:
         ):
             out = await asyncio.to_thread(step)
             await self._publish(out)
+        while self._announce:  # stopped crawls (given up, timed out): executors kill their hooks
+            await self.cancelled.put(self._announce.pop(), b"stopped")
         await self._fail_unpicked_tasks()
 
     async def _publish(self, out: list[bus.Outgoing]) -> None:
@@ -281,12 +284,8 @@ class CrawlRunner:
             if not q.record_seeded(s, crawl_id, seeded, seeded + len(seeds), now):
                 s.rollback()
                 return []
-            config = self._config(crawl)
-            created, over = q.insert_snapshots(
-                s, crawl, seeds, depth=0, parent_id=None, now=now, max_urls=config.max_urls
-            )
-        if over:
-            log.warning("crawl %s: %d seed(s) over CRAWL_MAX_URLS=%d left out", crawl_id, over, config.max_urls)
+            # the URLs a user gave are never cut: CRAWL_MAX_URLS bounds what links add to them
+            q.insert_snapshots(s, crawl, seeds, depth=0, parent_id=None, now=now)
         return []
 
     def _start_due_snapshots(self) -> list[bus.Outgoing]:
@@ -306,7 +305,7 @@ class CrawlRunner:
             if free <= 0:
                 return []
             plan = self._plan(crawl)
-            with tracer.start_as_current_span("snapshots.start", context=telemetry.context_from(crawl.trace_context)):
+            with tracer.start_as_current_span("snapshot.start", context=telemetry.context_from(crawl.trace_context)):
                 for snap in q.claim_queued_snapshots(s, crawl_id, free, now, self.snapshot_lease, plan.first_stage):
                     out.append(self._snapshot_event(snap, "started", now))
                     out += self._dispatch_stage(s, crawl, snap, plan, snap.stage, now)
@@ -339,9 +338,15 @@ class CrawlRunner:
             due = q.due_crawls(s, now, q.STARTED)
         for crawl_id, seen in due:
             with self.db.write() as s:
-                if q.claim_started_crawl(s, crawl_id, seen, now, self.crawl_lease) and q.seal_crawl_if_done(
-                    s, crawl_id, now
-                ):
+                if not q.claim_started_crawl(s, crawl_id, seen, now, self.crawl_lease):
+                    continue
+                crawl = s.get(Crawl, crawl_id)
+                limit = self._config(crawl).crawl_timeout
+                if limit and not self._stopped(crawl) and (now - crawl.created_at).total_seconds() > limit:
+                    q.fail_crawl(s, crawl_id, f"CRAWL_TIMEOUT: stopped after {limit}s", now)
+                    log.warning("crawl %s reached CRAWL_TIMEOUT (%ds); stopping it", crawl_id, limit)
+                    self._wake.set()
+                elif q.seal_crawl_if_done(s, crawl_id, now):
                     out.append(self._crawl_event(crawl_id, "sealed", now))
         return out
 
@@ -390,6 +395,7 @@ class CrawlRunner:
         with self.db.read() as s:
             crawl_ids = q.stopped_crawls_with_open_snapshots(s)
         for crawl_id in crawl_ids:
+            self._announce.add(crawl_id)
             out += self.stop_crawl(crawl_id)
         return out
 
@@ -592,9 +598,9 @@ class CrawlRunner:
         config = self._config(crawl)
         retryable = snap.http_status in RETRYABLE_STATUS or (snap.http_status is None and snap.network_error)
         if snap.stage == plan.first_stage and retryable and snap.attempts < config.max_url_attempts:
-            delay = max(self.settings.url_retry_backoff * 2 ** (snap.attempts - 1), retry_after or 0)
+            delay = max(self.settings.url_retry_backoff * 2 ** (snap.attempts - 1), min(retry_after or 0, 3600))
+            why = f"HTTP {snap.http_status}" if snap.http_status else snap.network_error
             if q.requeue_snapshot(s, snap, now + timedelta(seconds=delay), now):
-                why = f"HTTP {snap.http_status}" if snap.http_status else snap.network_error
                 log.info(
                     "snapshot %s: %s; capturing again in %.0fs (attempt %d of %d)",
                     snap.id,

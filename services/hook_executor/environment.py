@@ -131,6 +131,7 @@ class HookEnvironment:
             with os.fdopen(fd, "w") as fh:
                 fh.write(f"http_user = {user}\nhttp_password = {password}\n")
         self._binary_envs: dict[str, BinaryEnv] = {}
+        self.output_limit = CrawlConfig(dict(config)).snapshot_max_size
 
     def url_for(self, hook: Hook) -> str:
         """The ``--url`` of ``hook``: with the page's credentials, except for wget (``WGETRC``)."""
@@ -207,6 +208,15 @@ class HookEnvironment:
         """``<PLUGIN>_TIMEOUT``, else ``TIMEOUT``, else 60 (seconds)."""
         section = self.resolved.get(hook.plugin, {})
         return int(section.get(f"{hook.plugin.upper()}_TIMEOUT") or self.resolved.get("base", {}).get("TIMEOUT") or 60)
+
+    def memory_limit(self, hook: Hook) -> int:
+        """``<PLUGIN>_MEMORY_LIMIT``, else ``MEMORY_LIMIT`` (bytes; abx-plugins' base default 2 GiB)."""
+        section = self.resolved.get(hook.plugin, {})
+        value = section.get(f"{hook.plugin.upper()}_MEMORY_LIMIT") or self.resolved.get("base", {}).get("MEMORY_LIMIT")
+        try:
+            return max(0, int(value or 0))
+        except (TypeError, ValueError):
+            return 0
 
     def argv(self, hook: Hook, env: Mapping[str, str], args: list[str]) -> list[str]:
         """``python3 hook.py …`` / ``node hook.js …``: the hook's interpreter, never its shebang."""

@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, OutputFile, ProcessRecord, Seed
@@ -107,6 +109,8 @@ class HookProcess:
         *,
         margin: float = 10.0,
         kill_grace: float = 5.0,
+        memory_limit: int = 0,
+        output_limit: int = 0,
     ) -> None:
         self.hook = hook
         self.cmd = cmd
@@ -115,6 +119,9 @@ class HookProcess:
         self.timeout = timeout
         self.margin = margin
         self.kill_grace = kill_grace
+        self.memory_limit = memory_limit
+        self.output_limit = output_limit
+        self.over_limit = ""  # why the hook was killed for its size, when it was
         self.process_id = new_id()
         self.proc: asyncio.subprocess.Process | None = None
         self.started_at: datetime | None = None
@@ -148,6 +155,8 @@ class HookProcess:
             limit=STREAM_LIMIT,
         )
         self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
+        if self.memory_limit or self.output_limit:
+            self._readers.append(asyncio.create_task(self._watch_limits()))
 
     @property
     def pid(self) -> int | None:
@@ -218,9 +227,10 @@ class HookProcess:
             if self.proc.returncode is None:
                 if cancelled is not None and cancelled.is_set():
                     self.cancelled = True
+                    await self.kill(grace=min(self.kill_grace, 1.0))  # a cancel does not wait long
                 else:
                     self.timed_out = True
-                await self.kill()
+                    await self.kill()
             exited.cancel()
         await self._finish()
 
@@ -233,11 +243,11 @@ class HookProcess:
             self._deadline = max(self._deadline, asyncio.get_running_loop().time() + self.kill_grace)
         await self.wait(cancelled)
 
-    async def kill(self) -> None:
-        """SIGTERM the process group, then SIGKILL after the grace period."""
+    async def kill(self, grace: float | None = None) -> None:
+        """SIGTERM the process group, then SIGKILL after ``grace`` seconds (default ``kill_grace``)."""
         self._signal_group(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), self.kill_grace)
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), self.kill_grace if grace is None else grace)
         except TimeoutError:
             pass
         self._signal_group(signal.SIGKILL)
@@ -248,6 +258,34 @@ class HookProcess:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    async def _watch_limits(self, interval: float = 1.0) -> None:
+        """Kill the hook when its processes' resident memory passes ``memory_limit`` (abx-dl's
+        ``MEMORY_LIMIT``, via psutil) or its output passes ``output_limit`` bytes
+        (``SNAPSHOT_MAX_SIZE``): a hostile page cannot fill the memory or the disk."""
+        while self.proc.returncode is None:
+            await asyncio.sleep(interval)
+            reason = await asyncio.to_thread(self._limit_reached)
+            if reason and self.proc.returncode is None:
+                self.over_limit = reason
+                log.warning("%s killed: %s", self.hook.name, reason)
+                self._signal_group(signal.SIGKILL)
+                return
+
+    def _limit_reached(self) -> str:
+        if self.memory_limit:
+            try:
+                root = psutil.Process(self.proc.pid)
+                rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+            except psutil.Error:
+                rss = 0
+            if rss > self.memory_limit:
+                return f"used {rss / 2**20:.0f} MiB of memory, over MEMORY_LIMIT ({self.memory_limit / 2**20:.0f} MiB)"
+        if self.output_limit:
+            size = sum(meta[0] for meta in scan_files(self.plugin_dir).values())
+            if size > self.output_limit:
+                return f"wrote {size / 2**20:.0f} MiB, over SNAPSHOT_MAX_SIZE ({self.output_limit / 2**20:.0f} MiB)"
+        return ""
 
     async def _finish(self) -> None:
         # Children that outlive the hook keep the pipes open: stop them with the group.
@@ -272,6 +310,9 @@ class HookProcess:
         notes = ""
         if self.cancelled:
             status, output_str, notes = "skipped", "cancelled", "cancelled: the crawl was cancelled while the hook ran"
+        elif self.over_limit:
+            status, notes = "failed", f"killed: {self.over_limit}"
+            output_str = output_str or notes
         elif self.timed_out:
             status, notes = "failed", f"Hook timed out after {self.timeout} seconds"
         elif self.exit_code == EXIT_SKIPPED:

@@ -17,7 +17,9 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
+from boxcar.ingest.auth import require_read_access
 from boxcar.ingest.controllers import (
+    SECURITY,
     CrawlControlController,
     CrawlController,
     FeedController,
@@ -27,6 +29,7 @@ from boxcar.ingest.controllers import (
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.services import CrawlService
 from boxcar.ingest.signals import Signals
+from boxcar.ingest.status import StackStatus, stack_status
 from boxcar.shared import bus, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -77,6 +80,14 @@ def internal_error(request: Request, exc: Exception) -> Response:
     return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)
 
 
+@get("/api/v1/status", operation_id="StackStatus", tags=["status"], guards=[require_read_access], security=SECURITY)
+async def status(state: State) -> StackStatus:
+    """The stack at a glance: crawls and snapshots by status, archive size and free disk, and per
+    executor family the tasks waiting and whether an executor is there to take them
+    (``stalled_families``: pending work, no executor)."""
+    return await stack_status(state.db, state.settings, state.families, getattr(state, "nats", None))
+
+
 def create_app(settings: Settings | None = None, db: Database | None = None) -> Litestar:
     """Build the ingest app.
 
@@ -87,7 +98,8 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     settings = settings or get_settings()
     own_db = db is None
     db = db or Database(settings.sqlalchemy_url)
-    service = CrawlService(db, settings, get_catalog(), load_families())
+    families = load_families()
+    service = CrawlService(db, settings, get_catalog(), families)
     feeds = FeedService(service)
     signals = Signals()
 
@@ -127,6 +139,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             ImportController,
             FeedController,
             health,
+            status,
         ],
         exception_handlers={
             RequestEntityTooLarge: too_large,
@@ -134,7 +147,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             InterfaceError: database_unavailable,
             HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
         },
-        state=State({"db": db, "public_reads": settings.public_reads}),
+        state=State({"db": db, "public_reads": settings.public_reads, "settings": settings, "families": families}),
         dependencies={
             "crawl_service": Provide(lambda: service, sync_to_thread=False),
             "feed_service": Provide(lambda: feeds, sync_to_thread=False),

@@ -103,7 +103,11 @@ def write_index(db: Database, data_dir: Path, snapshot_id: str) -> bool:
         # Only if no result arrived meanwhile (that one marked it stale again and will rewrite it).
         if _results_version(s, snapshot_id) != seen:
             return False
-        s.execute(update(Snapshot).where(Snapshot.id == snapshot_id).values(indexed_at=utcnow()))
+        s.execute(
+            update(Snapshot)
+            .where(Snapshot.id == snapshot_id)
+            .values(indexed_at=utcnow(), modified_at=Snapshot.modified_at)
+        )
     return True
 
 

@@ -119,7 +119,7 @@ def refresh_title(s: Session, snapshot_id: str) -> None:
         .where(
             Snapshot.id == snapshot_id, or_(Snapshot.title.is_(None), Snapshot.title == "", Snapshot.title == raw[:512])
         )
-        .values(title=best[:512])
+        .values(title=best[:512], modified_at=Snapshot.modified_at)
     )
 
 
@@ -183,8 +183,14 @@ def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> None:
         .where(ArchiveResult.snapshot_id == Snapshot.id)
         .scalar_subquery()
     )
-    s.execute(update(Snapshot).where(Snapshot.id.in_(ids)).values(output_size=total))
-    s.execute(update(Snapshot).where(Snapshot.id.in_(ids), Snapshot.status == Status.SEALED).values(indexed_at=None))
+    # modified_at stays the runner's (lifecycle) time: what the projector derives does not move it
+    keep = Snapshot.modified_at
+    s.execute(update(Snapshot).where(Snapshot.id.in_(ids)).values(output_size=total, modified_at=keep))
+    s.execute(
+        update(Snapshot)
+        .where(Snapshot.id.in_(ids), Snapshot.status == Status.SEALED)
+        .values(indexed_at=None, modified_at=keep)
+    )
 
 
 class Batch:

@@ -1,0 +1,91 @@
+"""``GET /api/v1/status``: what the whole stack is doing, in one look (``boxcar status``).
+
+Counts of crawls and snapshots by status, the archive's size and free disk, and per executor
+family the tasks waiting, in hand, and whether any executor is there to take them (a family with
+pending work and no executor is what leaves snapshots ``started`` forever otherwise).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import msgspec
+from sqlalchemy import func, select
+
+from boxcar.shared import bus
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import Crawl, Snapshot
+from boxcar.shared.families import FamilyTable
+from boxcar.shared.settings import Settings
+
+
+class FamilyStatus(msgspec.Struct):
+    """One executor family: ``pending`` tasks not yet taken, ``in_progress`` taken and unacked,
+    ``executors_waiting`` pull requests of idle executors; ``alive`` whether any executor is
+    there (waiting or working)."""
+
+    pending: int
+    in_progress: int
+    executors_waiting: int
+    alive: bool
+
+
+class StackStatus(msgspec.Struct):
+    crawls: dict[str, int]
+    snapshots: dict[str, int]
+    archive_bytes: int
+    disk_free_bytes: int
+    data_dir: str
+    nats: bool
+    families: dict[str, FamilyStatus]
+    #: families with tasks waiting and no executor alive: start ``hook-executor --family NAME``
+    stalled_families: list[str]
+
+
+def counts(db: Database) -> tuple[dict[str, int], dict[str, int], int]:
+    """Crawls and snapshots by status, and the bytes the archive holds."""
+    with db.read() as s:
+        crawls = dict(s.execute(select(Crawl.status, func.count()).group_by(Crawl.status)).all())
+        snapshots = dict(s.execute(select(Snapshot.status, func.count()).group_by(Snapshot.status)).all())
+        size = s.scalar(select(func.coalesce(func.sum(Snapshot.output_size), 0)))
+    every = ("queued", "started", "paused", "sealed")
+    return {k: crawls.get(k, 0) for k in every}, {k: snapshots.get(k, 0) for k in every}, int(size or 0)
+
+
+async def family_status(js, families: FamilyTable) -> dict[str, FamilyStatus]:
+    """Per family, from the TASKS stream and its durable consumer."""
+    info = await js.stream_info(bus.TASKS_STREAM, subjects_filter="tasks.hooks.>")
+    queued = dict(info.state.subjects or {})
+    out = {}
+    for name in families.families:
+        try:
+            consumer = await js.consumer_info(bus.TASKS_STREAM, bus.family_consumer(name))
+            pending, in_progress, waiting = (
+                consumer.num_pending or 0,
+                consumer.num_ack_pending or 0,
+                consumer.num_waiting or 0,
+            )
+        except Exception:  # no consumer yet: no executor of this family ever started
+            pending, in_progress, waiting = queued.get(bus.task_subject(name), 0), 0, 0
+        out[name] = FamilyStatus(pending, in_progress, waiting, alive=waiting > 0 or in_progress > 0)
+    return out
+
+
+async def stack_status(db: Database, settings: Settings, families: FamilyTable, nats) -> StackStatus:
+    import anyio.to_thread
+
+    crawls, snapshots, size = await anyio.to_thread.run_sync(counts, db)
+    fams: dict[str, FamilyStatus] = {}
+    connected = bool(nats is not None and nats.is_connected)
+    if connected:
+        fams = await family_status(nats.jetstream(), families)
+    return StackStatus(
+        crawls=crawls,
+        snapshots=snapshots,
+        archive_bytes=size,
+        disk_free_bytes=shutil.disk_usage(settings.data_dir).free if settings.data_dir.exists() else 0,
+        data_dir=str(settings.data_dir),
+        nats=connected,
+        families=fams,
+        stalled_families=[name for name, f in fams.items() if f.pending and not f.alive],
+    )
