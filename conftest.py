@@ -196,8 +196,8 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
         for key, value in {
             "DATABASE_URL": database_url,
             "NATS_URL": nats,
-            "RUNNER_POLL_INTERVAL": "0.5",
             "ABXPKG_LIB_DIR": str(lib_dir),
+            "URL_ALLOW_PRIVATE": "true",  # the test sites are on 127.0.0.1
             **(env or {}),
         }.items():
             monkeypatch.setenv(key, value)

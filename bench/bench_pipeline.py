@@ -65,7 +65,7 @@ def pipeline(urls: list[str], concurrency: int, lib_dir: Path) -> dict:
         EXECUTOR_CONCURRENCY=str(concurrency),
         ABXPKG_LIB_DIR=str(lib_dir),
         CRAWL_MAX_CONCURRENT_SNAPSHOTS="16",
-        RUNNER_POLL_INTERVAL="0.5",
+        URL_ALLOW_PRIVATE="true",
     )
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("NATS_URL", None)

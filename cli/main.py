@@ -345,6 +345,8 @@ def demo(data_dir, depth, as_json) -> None:
     """Serve the bundled demo site on 127.0.0.1 and archive it (works offline)."""
     from boxcar.cli.demo import serve_demo_site
 
+    # the demo site is on 127.0.0.1: an embedded stack started for the demo may fetch loopback
+    os.environ.setdefault("URL_ALLOW_PRIVATE", "true")
     with serve_demo_site() as url:
         err.print(f"demo site at {url}")
         ctx = click.get_current_context()

@@ -6,11 +6,16 @@ Routes:
 - ``/doc.pdf`` and ``/manual``: a PDF whose ``/Title`` is ``Boxcar Test Manual``;
 - ``/private/``: HTTP Basic auth (``USER`` / ``PASSWORD``);
 - ``/status/<code>``: an HTML error page with that status (429 with ``Retry-After: 1``);
-- ``/redirect`` → 302 → ``/final/``;
+- ``/redirect`` → 302 → ``/final/``; ``/redirect-to?u=URL`` → 302 → URL;
 - ``/hang/<n>``: never answers (until the server stops);
 - ``/feeds/relative.xml``: an RSS feed whose item links are relative (``/items/five.html``,
   ``//host:port/items/six.html``) plus one item with no link at all;
-- ``/items/<name>``: small pages.
+- ``/items/<name>``: small pages;
+- ``/links/<n>``: a page with ``n`` links to ``/items/link-<i>.html``;
+- ``/big/<mb>``: an HTML page of ``mb`` megabytes; ``/binary``: 2 MB of random bytes;
+- ``/drip``: a byte every 20 s, forever; ``/drop``: the connection closed with no answer;
+- ``/redirect-loop/<n>``: an endless chain of 302s;
+- ``/feeds/items/<n>.xml``: an RSS feed of ``n`` items; ``/feeds/drip.xml``: a feed that drips.
 
 Every request is counted in ``hits`` (path → number), so a test can tell what was fetched.
 """
@@ -19,10 +24,11 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 USER, PASSWORD = "alice", "s3cret-Pa55"
 PDF_TITLE = "Boxcar Test Manual"
@@ -74,8 +80,21 @@ class FaultSite:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 path = urlsplit(self.path).path
                 site.hits[path] += 1
-                status, body, headers = site.respond(path, self.headers)
+                if path == "/redirect-to":  # 302 to the URL in ?u=
+                    target = parse_qs(urlsplit(self.path).query).get("u", ["/"])[0]
+                    status, body, headers = 302, b"", {"Location": target, "Content-Type": "text/plain"}
+                else:
+                    status, body, headers = site.respond(path, self.headers)
+                if status == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/rss+xml")
+                    self.end_headers()
+                    while not site.stopping.wait(20):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    return
                 if status is None:
+                    self.close_connection = True
                     return
                 self.send_response(status)
                 for key, value in {"Content-Length": str(len(body)), **headers}.items():
@@ -87,10 +106,14 @@ class FaultSite:
         self.server.daemon_threads = True
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
 
+    @staticmethod
+    def drip() -> str:
+        return "drip"
+
     def url(self, path: str) -> str:
         return self.base + path
 
-    def respond(self, path: str, headers) -> tuple[int | None, bytes, dict[str, str]]:
+    def respond(self, path: str, headers) -> tuple[int | str | None, bytes, dict[str, str]]:
         html = {"Content-Type": "text/html; charset=utf-8"}
         if path == "/latin1/page":
             return 200, LATIN1_PAGE.encode("iso-8859-1"), {"Content-Type": "text/html; charset=ISO-8859-1"}
@@ -109,7 +132,7 @@ class FaultSite:
             return 302, b"redirecting", {"Location": "/final/", "Content-Type": "text/plain"}
         if path == "/final/":
             return 200, page("Final Page", "you arrived"), html
-        if path.startswith("/hang/"):
+        if path.startswith("/hang/") or path == "/hang":
             self.stopping.wait()
             return None, b"", {}
         if path == "/feeds/relative.xml":
@@ -117,11 +140,39 @@ class FaultSite:
             feed = (
                 '<?xml version="1.0"?><rss version="2.0"><channel><title>Relative links</title>'
                 "<item><title>Five</title><link>/items/five.html</link><guid isPermaLink='false'>five</guid></item>"
-                f"<item><title>Six</title><link>//{host}/items/six.html</link><guid isPermaLink='false'>six</guid></item>"
+                f"<item><title>Six</title><link>//{host}/items/six.html</link>"
+                "<guid isPermaLink='false'>six</guid></item>"
                 "<item><title>No link</title><guid isPermaLink='false'>nolink</guid></item>"
                 "</channel></rss>"
             )
             return 200, feed.encode(), {"Content-Type": "application/rss+xml"}
+        if path.startswith("/links/"):
+            n = int(path.split("/")[2])
+            links = "".join(f'<a href="/items/link-{i}.html">link {i}</a>\n' for i in range(n))
+            return 200, page(f"{n} links", links), html
+        if path.startswith("/big/"):
+            mb = int(path.split("/")[2])
+            filler = ("<p>" + "Boxcar filler text. " * 50 + "</p>\n") * (mb * 1024 * 1024 // 1010 + 1)
+            return 200, page("A big page", filler), html
+        if path == "/binary":
+            return 200, os.urandom(2 * 1024 * 1024), {"Content-Type": "application/octet-stream"}
+        if path in ("/drip", "/feeds/drip.xml"):
+            return self.drip(), b"", {}
+        if path == "/drop":
+            return None, b"", {}
+        if path.startswith("/redirect-loop/"):
+            n = int(path.split("/")[2])
+            return 302, b"", {"Location": f"/redirect-loop/{n + 1}", "Content-Type": "text/plain"}
+        if path.startswith("/feeds/items/"):
+            n = int(path.rsplit("/", 1)[1].removesuffix(".xml"))
+            items = "".join(
+                f"<item><title>Item {i}</title><link>{self.base}/items/feed-{i}.html</link></item>" for i in range(n)
+            )
+            return (
+                200,
+                f'<rss version="2.0"><channel><title>{n} items</title>{items}</channel></rss>'.encode(),
+                {"Content-Type": "application/rss+xml"},
+            )
         if path.startswith("/items/"):
             name = path.rsplit("/", 1)[1].removesuffix(".html")
             return 200, page(f"Item {name}", f"The item called {name}."), html

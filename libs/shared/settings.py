@@ -58,66 +58,104 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(case_sensitive=False, extra="ignore")
 
-    data_dir: Path = Field(default=Path("./data"), description="Root of the archive (ArchiveBox layout)")
-    database_url: str = Field(default="", description="SQLAlchemy URL; empty = SQLite at DATA_DIR/index.sqlite3")
-    nats_url: str = Field(default="nats://127.0.0.1:4222")
-    archive_user: str = Field(default="system", description="User name in archive/users/<user>/ paths")
-    plugins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PLUGINS))
-    timeout: int = Field(default=60, description="Default per-hook timeout (ArchiveBox TIMEOUT)")
+    # --- where things are
+    data_dir: Path = Field(default=Path("./data"), description="Root of the archive (ArchiveBox layout), a path")
+    database_url: str = Field(
+        default="", description="SQLAlchemy/libpq URL of the database; empty: SQLite at DATA_DIR/index.sqlite3"
+    )
+    nats_url: str = Field(
+        default="nats://127.0.0.1:4222", description="NATS server with JetStream (the CLI starts one)"
+    )
+    archive_user: str = Field(default="system", description="User name in the archive/users/<user>/ paths")
+    abxpkg_lib_dir: Path | None = Field(
+        default=None, description="Managed binaries (ABXPKG_LIB_DIR); default DATA_DIR/lib"
+    )
+    cookies_dir: Path | None = Field(default=None, description="Directory of cookies files a crawl may pick by name")
+    secret_key: str = Field(
+        default="", description="Key sealing URL credentials (any string); default a random one in DATA_DIR/.boxcar"
+    )
+
+    # --- what a crawl does (per crawl too: these are CrawlConfig's Boxcar settings)
+    plugins: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_PLUGINS),
+        description="Plugins a crawl runs when it names none, comma-separated",
+    )
+    timeout: int = Field(
+        default=60, description="Seconds a hook may run (ArchiveBox TIMEOUT; <PLUGIN>_TIMEOUT overrides)"
+    )
     crawl_max_urls: int = Field(
         default=10_000,
         ge=0,
         description="Snapshots a crawl may grow to by following links (0 = no limit; the URLs given all count)",
     )
+    crawl_max_concurrent_snapshots: int = Field(default=8, ge=1, description="Snapshots of one crawl in flight at once")
     crawl_timeout: int = Field(
         default=0, ge=0, description="Seconds a crawl may run before it is stopped (0 = no limit)"
     )
     snapshot_max_size: Annotated[int, NoDecode] = Field(
         default=1024**3, ge=0, description="Bytes one hook may write for one snapshot (0 = no limit; 500m, 2g …)"
     )
-    crawl_max_concurrent_snapshots: int = Field(default=8, ge=1)
-    only_new: bool = Field(default=True, description="Skip URLs already archived in any crawl")
-    url_allowlist: str = Field(default="", description="Only archive URLs matching (regex, or domains)")
-    url_denylist: str = Field(default=DEFAULT_URL_DENYLIST, description="Never archive URLs matching")
+    only_new: bool = Field(default=True, description="Skip URLs some crawl archived before (true/false)")
+    url_allowlist: str = Field(default="", description="Only archive URLs matching: a regex, domains, or a JSON list")
+    url_denylist: str = Field(
+        default=DEFAULT_URL_DENYLIST, description="Never archive URLs matching (as URL_ALLOWLIST)"
+    )
+    url_allow_private: bool = Field(
+        default=False,
+        description="Archive pages on private, loopback and link-local addresses (a LAN); never the stack's own "
+        "services or cloud metadata unless URL_ALLOWLIST names them",
+    )
+    egress_proxy: bool = Field(
+        default=True,
+        description="Send hooks' requests through the executor's egress proxy, which enforces URL_ALLOW_PRIVATE "
+        "on every address and redirect (off only where the network itself does that)",
+    )
     max_url_attempts: int = Field(
         default=3, ge=1, le=20, description="Captures of a URL that answers 429/5xx or fails to connect"
     )
     url_retry_backoff: float = Field(
-        default=60.0, gt=0, description="Seconds before the first re-capture of such a URL (doubles each time)"
+        default=60.0, gt=0, description="Seconds before the first re-capture of such a URL (doubling each time)"
     )
-    cookies_dir: Path | None = Field(default=None, description="Cookies files a crawl may pick by name")
-    secret_key: str = Field(default="", description="Key sealing URL credentials; default DATA_DIR/.boxcar/secret_key")
 
+    # --- the services
     runner_idle_interval: float = Field(
         default=30.0, gt=0, description="Seconds between the runner's passes when nothing wakes it"
     )
-    runner_max_deliver: int = Field(default=8, ge=1, description="Tries of a runner message before it is given up")
-    task_pickup_timeout: float = Field(
-        default=120.0, gt=0, description="Seconds a task may wait with no executor of its family alive"
+    runner_max_deliver: int = Field(
+        default=8, ge=1, description="Deliveries of a runner or projector message before it is dead-lettered"
     )
-    snapshot_lease_seconds: int = Field(default=300, ge=5)
-    crawl_lease_seconds: int = Field(default=15, ge=1)
-
-    executor_concurrency: int = Field(default=2, ge=1)
-    task_ack_wait: int = Field(default=60, ge=5, description="JetStream ack wait for hook tasks")
-    task_max_deliver: int = Field(default=3, ge=1)
-    hook_kill_grace: float = Field(default=5.0, ge=0, description="SIGTERM→SIGKILL grace for hooks")
-    browser_recycle_after: int = Field(default=50, ge=0, description="Snapshots per Chromium before a fresh one")
-    browser_memory_limit: int = Field(default=3 * 1024**3, ge=0, description="Chromium RSS bytes that force a recycle")
-
-    abxpkg_lib_dir: Path | None = Field(default=None, description="Managed binaries; default DATA_DIR/lib")
+    task_pickup_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds a task may wait with no executor of its family alive before it fails"
+    )
+    snapshot_lease_seconds: int = Field(default=300, ge=5, description="Seconds a runner's lease on a stage lasts")
+    crawl_lease_seconds: int = Field(default=15, ge=1, description="Seconds between a started crawl's seal checks")
+    executor_concurrency: int = Field(default=2, ge=1, description="Tasks one hook-executor process runs at once")
+    task_ack_wait: int = Field(
+        default=60, ge=5, description="Seconds JetStream waits for a task's ack (heartbeats extend it)"
+    )
+    task_max_deliver: int = Field(default=3, ge=1, description="Deliveries of a hook task before it is reported failed")
+    hook_kill_grace: float = Field(default=5.0, ge=0, description="Seconds between SIGTERM and SIGKILL for a hook")
+    browser_recycle_after: int = Field(
+        default=50, ge=0, description="Snapshots per Chromium before a fresh one (0 = never)"
+    )
+    browser_memory_limit: int = Field(
+        default=3 * 1024**3, ge=0, description="Bytes of Chromium memory (RSS) that force a fresh one (0 = no limit)"
+    )
     binary_install_providers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["uv", "pip", "npm", "pnpm"],
-        description="abxpkg providers allowed to install missing binaries (apt/brew change the host)",
+        description="abxpkg providers allowed to install missing binaries (apt/brew change the host), comma-separated",
     )
-    binary_resolve_timeout: float = Field(default=600.0, gt=0)
+    binary_resolve_timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for one binary to resolve")
 
-    api_host: str = Field(default="127.0.0.1")
-    api_port: int = Field(default=8000)
-    max_request_body: int = Field(default=64 * 1024 * 1024, description="Bytes accepted per request")
-    public_reads: bool = Field(default=False, description="Serve GET endpoints without a token")
+    # --- the API
+    api_host: str = Field(default="127.0.0.1", description="Address ingest listens on")
+    api_port: int = Field(default=8000, description="Port ingest listens on")
+    max_request_body: int = Field(default=64 * 1024 * 1024, description="Bytes accepted in one request (413 above)")
+    public_reads: bool = Field(default=False, description="Serve GET endpoints without a token (true/false)")
 
-    machine_name: str = Field(default_factory=socket.gethostname)
+    machine_name: str = Field(
+        default_factory=socket.gethostname, description="This machine's name (default the hostname)"
+    )
 
     @field_validator("plugins", "binary_install_providers", mode="before")
     @classmethod
@@ -159,3 +197,24 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide settings, read once from the environment."""
     return Settings()
+
+
+def settings_table() -> str:
+    """The README's settings table (Markdown), rendered from the fields' descriptions; a crawl's
+    ``config`` may set the ones marked *per crawl*."""
+    from boxcar.shared.crawlconfig import CRAWL_SETTINGS
+
+    rows = ["| variable | default | |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        key = name.upper()
+        default = field.default_factory() if field.default_factory else field.default
+        if isinstance(default, list):
+            default = ",".join(default)
+        if key in ("DATA_DIR",):
+            default = "./data"
+        if key == "MACHINE_NAME":
+            default = "the hostname"
+        shown = "" if default in (None, "") else f"`{default}`"
+        note = " *(per crawl)*" if key in CRAWL_SETTINGS else ""
+        rows.append(f"| `{key}` | {shown} | {field.description}{note} |")
+    return "\n".join(rows)

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv
+from boxcar.hook_executor.egress import proxy_env
 from boxcar.hook_executor.reaper import WORKER_ENV
 from boxcar.shared import secrets, telemetry
 from boxcar.shared.crawlconfig import CrawlConfig
@@ -92,6 +93,7 @@ class HookEnvironment:
         url: str = "",
         credentials: str = "",
         machine_environ: Mapping[str, str] | None = None,
+        proxy: str = "",
     ) -> None:
         self.settings = settings
         self.catalog = catalog
@@ -116,6 +118,7 @@ class HookEnvironment:
             ),
             "PYTHON3_BINARY": sys.executable,
             WORKER_ENV: worker_id,
+            **(proxy_env(proxy) if proxy else {}),
         }
         self.base.setdefault("PERSONAS_DIR", str(Path(dirs.get("TMP_DIR", settings.data_dir)) / "personas"))
         userinfo = secrets.unseal(credentials) if credentials else ""

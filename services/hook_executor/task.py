@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import time
@@ -32,10 +33,11 @@ from pathlib import Path
 import msgspec
 from nats.js import JetStreamContext
 
-from boxcar.hook_executor import documents, responses
+from boxcar.hook_executor import documents, egress, responses
 from boxcar.hook_executor.binaries import BinaryClient, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable
 from boxcar.hook_executor.cancellations import Cancellations
+from boxcar.hook_executor.egress import EgressPolicy, EgressProxy, chrome_proxy_args
 from boxcar.hook_executor.environment import HookEnvironment
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.shared import bus, telemetry
@@ -76,6 +78,7 @@ class TaskExecutor:
         worker_id: str,
         cancellations: Cancellations,
         discovered_store=None,
+        egress: EgressProxy | None = None,
     ) -> None:
         self.settings = settings
         self.js = js
@@ -84,6 +87,8 @@ class TaskExecutor:
         self.worker_id = worker_id
         self.cancellations = cancellations
         self.discovered_store = discovered_store
+        self.egress = egress
+        self.policy = egress.policy if egress else EgressPolicy.from_settings(settings)
         self.tmp_root = settings.data_dir / "tmp" / settings.machine_name
         self.browser = (
             BrowserSession(
@@ -147,8 +152,13 @@ class TaskExecutor:
             completed, discovered=[], discovered_object=name, discovered_count=len(completed.discovered)
         )
 
+    def proxy_url(self) -> str:
+        """The egress proxy's URL ("" when the operator turned it off)."""
+        return self.egress.ensure() if self.egress else ""
+
     async def _crawl_setup_process(self, hook: Hook, crawl_dir: Path, extra_env: dict[str, str]) -> HookProcess:
-        """A CrawlSetup hook (the browser's launch/wait) run with this worker's environment."""
+        """A CrawlSetup hook (the browser's launch/wait) run with this worker's environment;
+        Chromium's requests go through the egress proxy."""
         env = HookEnvironment(
             settings=self.settings,
             catalog=self.catalog,
@@ -169,6 +179,10 @@ class TaskExecutor:
         except BinaryUnavailable as exc:
             raise BrowserUnavailable(str(exc)) from None
         hook_env = {**env.hook_env(hook, binary_env, {"worker_id": self.worker_id}), **extra_env}
+        proxy = await asyncio.to_thread(self.proxy_url)
+        if proxy:
+            extra_args = json.loads(hook_env.get("CHROME_ARGS_EXTRA") or "[]")
+            hook_env["CHROME_ARGS_EXTRA"] = json.dumps([*extra_args, *chrome_proxy_args(proxy)])
         return HookProcess(
             hook,
             env.argv(hook, hook_env, ["--url=about:blank"]),
@@ -214,9 +228,16 @@ class TaskRun:
     async def run(self) -> TaskCompleted:
         task = self.task
         hooks = self.x.catalog.snapshot_hooks(task.plugins)
+        refusal = await asyncio.to_thread(egress.url_refusal, self.x.policy, task.url)
+        if refusal:  # the page itself may not be fetched: say so once per hook, run nothing
+            for hook in hooks:
+                await self.x.publish_result(_result(task, hook, "skipped", refusal))
+            log.warning("task %s: %s", task.task_id, refusal)
+            return self.completed
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         try:
             env = HookEnvironment(
+                proxy=await asyncio.to_thread(self.x.proxy_url),
                 settings=self.x.settings,
                 catalog=self.x.catalog,
                 binaries=self.x.binaries,

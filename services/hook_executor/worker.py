@@ -19,6 +19,7 @@ import os
 from boxcar.hook_executor import reaper
 from boxcar.hook_executor.binaries import BinaryClient
 from boxcar.hook_executor.cancellations import Cancellations
+from boxcar.hook_executor.egress import EgressPolicy, EgressProxy
 from boxcar.hook_executor.task import TaskExecutor
 from boxcar.shared import bus, telemetry
 from boxcar.shared.ids import new_id
@@ -77,6 +78,7 @@ class HookExecutor:
         self.cancellations = Cancellations(await bus.cancelled_bucket(js))
         await self.cancellations.start()
         binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
+        self.egress = self._egress_proxy(registry.parent / "egress" / self.worker_id)
         self.executor = TaskExecutor(
             self.settings,
             js,
@@ -85,6 +87,7 @@ class HookExecutor:
             self.worker_id,
             self.cancellations,
             await bus.discovered_store(js),
+            self.egress,
         )
         self.js = js
         log.info("hook-executor %s ready (worker %s, concurrency %d)", self.family, self.worker_id, self.concurrency)
@@ -105,10 +108,25 @@ class HookExecutor:
             )
         finally:
             sweeper.cancel()
+            if self.egress:
+                self.egress.stop()
             await self.cancellations.close()
             await self.executor.close()
             self.registration.remove()
             await nc.close()
+
+    def _egress_proxy(self, workdir) -> EgressProxy | None:
+        """The egress proxy hooks fetch through (``EGRESS_PROXY``); off where the operator already
+        routes through a proxy of their own (``HTTP(S)_PROXY``: their egress control)."""
+        if not self.settings.egress_proxy:
+            return None
+        if any(os.environ.get(k) for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")):
+            log.warning("HTTP(S)_PROXY is set: hooks use that proxy, and Boxcar's egress policy is not applied")
+            return None
+        proxy = EgressProxy(EgressPolicy.from_settings(self.settings), workdir)
+        proxy.start()
+        log.info("egress proxy on %s (URL_ALLOW_PRIVATE=%s)", proxy.url, self.settings.url_allow_private)
+        return proxy
 
     async def _sweep(self, nc, registry, interval: float = 30.0) -> None:
         """Now and then, do for any executor on this machine that died what a restart would: kill

@@ -1,0 +1,195 @@
+"""What the fault suite measures and checks, around real processes.
+
+- ``NatsServer``: a JetStream server on a fixed port and store that a test can stop and start
+  again (an outage), unlike the conftest's throw-away one.
+- ``MemorySampler``: the stack's peak memory (RSS of every service process and its children:
+  hooks, Chromium), sampled in a thread while a scenario runs.
+- ``outcome``: the invariants every scenario must end with (each URL sealed once, one result per
+  hook of the plan, nothing started, no orphan hook process) and the figures the closing note's
+  table reports, printed as one line per scenario.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+from sqlalchemy import select
+
+from boxcar.cli.stack import free_port, nats_server_binary, wait_for_port
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
+from boxcar.shared.plugins import get_catalog
+
+#: Plugins of the fault scenarios: every family but the browser's, fast on 2 cores.
+PLUGINS = ["wget", "favicon", "htmltotext", "parse_html_urls", "hashes"]
+
+
+class NatsServer:
+    """``nats-server -js`` on one port and store, stoppable and restartable."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.store.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port, 20, self.proc)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+class MemorySampler:
+    """Peak resident memory (bytes) of ``roots`` and all their descendants, sampled every 0.5 s."""
+
+    def __init__(self, roots) -> None:
+        self.roots = roots
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            total = 0
+            for pid in self.roots():
+                with contextlib.suppress(psutil.Error):
+                    root = psutil.Process(pid)
+                    total += sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+            self.peak = max(self.peak, total)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def stack_pids(stack) -> list[int]:
+    """The stack's service processes right now (restarted ones included)."""
+    return [c.proc.pid for c in stack.children if c.proc and c.proc.poll() is None]
+
+
+def hook_processes(crawl_id: str) -> list[psutil.Process]:
+    """Live processes working for ``crawl_id`` (their ``EXTRA_CONTEXT`` names it)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error, ValueError, OSError):
+            context = proc.environ().get("EXTRA_CONTEXT", "")
+            if context and json.loads(context).get("crawl_id") == crawl_id and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+@dataclass
+class Outcome:
+    """How a scenario ended (the closing note's table row)."""
+
+    scenario: str
+    sealed: int
+    total: int
+    lost: int
+    duplicated: int
+    orphans: int
+    recovery: float | None
+    peak_mib: float
+    problems: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        recovery = "-" if self.recovery is None else f"{self.recovery:.1f}"
+        return (
+            f"FAULT {self.scenario}: sealed {self.sealed}/{self.total}, lost {self.lost}, duplicated {self.duplicated},"
+            f" orphans {self.orphans}, recovery {recovery} s, peak {self.peak_mib:.0f} MiB"
+        )
+
+
+def outcome(
+    db: Database, crawl_id: str, urls: list[str], scenario: str, *, restarted_at: datetime | None, peak: int
+) -> Outcome:
+    """Check a finished crawl: every URL one sealed snapshot, one result per hook of the plan,
+    nothing open, no orphan; ``recovery`` is the first seal after ``restarted_at``."""
+    hooks = {h.name for h in get_catalog().snapshot_hooks(PLUGINS)}
+    with db.read() as s:
+        crawl = s.get(Crawl, crawl_id)
+        snaps = list(s.scalars(select(Snapshot).where(Snapshot.crawl_id == crawl_id, Snapshot.depth == 0)))
+        results = list(
+            s.execute(
+                select(ArchiveResult.snapshot_id, ArchiveResult.hook_name).where(
+                    ArchiveResult.snapshot_id.in_([x.id for x in snaps])
+                )
+            )
+        )
+    per_url = Counter(x.url for x in snaps)
+    per_key = Counter(results)
+    problems = []
+    if crawl.status != "sealed":
+        problems.append(f"crawl is {crawl.status}")
+    if sorted(per_url) != sorted(urls):
+        problems.append(f"URLs differ: {set(urls) ^ set(per_url)}")
+    lost = sum(len(hooks - {h for sid, h in per_key if sid == x.id}) for x in snaps)
+    duplicated = sum(n - 1 for n in per_url.values()) + sum(n - 1 for n in per_key.values())
+    recovery = None
+    if restarted_at is not None:
+        later = [x.downloaded_at for x in snaps if x.downloaded_at and x.downloaded_at > restarted_at]
+        recovery = (min(later) - restarted_at).total_seconds() if later else None
+    result = Outcome(
+        scenario=scenario,
+        sealed=sum(x.status == "sealed" for x in snaps),
+        total=len(urls),
+        lost=lost,
+        duplicated=duplicated,
+        orphans=len(hook_processes(crawl_id)),
+        recovery=recovery,
+        peak_mib=peak / 2**20,
+        problems=problems,
+    )
+    print(result.line())
+    return result
+
+
+def assert_clean(result: Outcome, max_recovery: float = 30.0) -> None:
+    """The invariants of every scenario."""
+    assert not result.problems, result.problems
+    assert result.sealed == result.total, result.line()
+    assert result.lost == 0 and result.duplicated == 0 and result.orphans == 0, result.line()
+    if result.recovery is not None:
+        assert result.recovery <= max_recovery, result.line()
+
+
+def wait_progress(db: Database, crawl_id: str, sealed: int, timeout: float = 300) -> None:
+    """Wait until ``sealed`` snapshots of the crawl are sealed (a crawl well under way)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.read() as s:
+            done = s.scalar(
+                select(Snapshot.id)
+                .where(Snapshot.crawl_id == crawl_id, Snapshot.status == "sealed")
+                .limit(1)
+                .offset(sealed - 1)
+            )
+        if done:
+            return
+        assert time.monotonic() < deadline, f"{sealed} snapshots not sealed within {timeout:.0f}s"
+        time.sleep(0.2)

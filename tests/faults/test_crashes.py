@@ -1,0 +1,178 @@
+"""Crashes and outages mid-crawl, with the services run separately as Compose runs them, on
+Postgres and a NATS server the test controls: every scenario ends with each URL sealed once, one
+result per hook, nothing stuck, no orphan process, and the first seal after the restart within
+30 s. Each prints its row of the closing note's table (``FAULT …``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from boxcar.cli.stack import free_port, wait_for_port
+from boxcar.shared.clock import utcnow
+from boxcar.shared.db import Database
+from tests.faults.harness import (
+    PLUGINS,
+    MemorySampler,
+    NatsServer,
+    assert_clean,
+    outcome,
+    stack_pids,
+    wait_progress,
+)
+from tests.helpers import submit, wait_sealed
+
+FAMILIES = ["fetch", "extract", "parse", "index"]
+ENV = {"PLUGINS": ",".join(PLUGINS), "CRAWL_MAX_CONCURRENT_SNAPSHOTS": "4", "EXECUTOR_CONCURRENCY": "2"}
+PAGES = 20
+
+
+@pytest.fixture
+def nats(tmp_path):
+    server = NatsServer(tmp_path / "nats-store")
+    server.start()
+    yield server
+    server.stop()
+
+
+def kill(child) -> None:
+    """SIGKILL a service process (its hooks die with it: PDEATHSIG)."""
+    os.kill(child.proc.pid, signal.SIGKILL)
+    child.proc.wait()
+
+
+@pytest.mark.parametrize(
+    "victim",
+    ["crawl-runner", "hook-executor-fetch", "hook-executor-extract", "result-projector", "binary-resolver", "ingest"],
+)
+def test_sigkill_of_a_service_mid_crawl(victim, pg_url, nats, make_stack, site_urls):
+    stack = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV)
+    db, urls = Database(pg_url), site_urls(PAGES)
+    with MemorySampler(lambda: stack_pids(stack)) as memory:
+        crawl_id = submit(stack, urls=urls, plugins=PLUGINS)
+        wait_progress(db, crawl_id, 3)
+        kill(next(c for c in stack.children if c.name == victim))
+        restarted = utcnow()
+        assert victim in stack.supervise_once()
+        wait_sealed(stack, crawl_id, timeout=600)
+    assert_clean(outcome(db, crawl_id, urls, f"SIGKILL {victim}", restarted_at=restarted, peak=memory.peak))
+
+
+def test_the_whole_stack_killed_and_restarted(pg_url, nats, make_stack, site_urls):
+    stack = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV)
+    db, urls = Database(pg_url), site_urls(PAGES)
+    crawl_id = submit(stack, urls=urls, plugins=PLUGINS)
+    wait_progress(db, crawl_id, 3)
+    for child in stack.children:  # kill -9 of everything at once, no goodbyes
+        os.kill(child.proc.pid, signal.SIGKILL)
+    for child in stack.children:
+        child.proc.wait()
+    stack.children.clear()
+    restarted = utcnow()
+    with MemorySampler(lambda: stack_pids(again)) as memory:
+        again = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV, data_dir=stack.data_dir)
+        wait_sealed(again, crawl_id, timeout=600)
+    assert_clean(outcome(db, crawl_id, urls, "kill -9 of the whole stack", restarted_at=restarted, peak=memory.peak))
+
+
+def test_two_runners_and_two_projectors_one_of_each_killed(pg_url, nats, make_stack, site_urls):
+    stack = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV)
+    stack.add_replica("crawl-runner")
+    stack.add_replica("result-projector")
+    db, urls = Database(pg_url), site_urls(PAGES)
+    with MemorySampler(lambda: stack_pids(stack)) as memory:
+        crawl_id = submit(stack, urls=urls, plugins=PLUGINS)
+        wait_progress(db, crawl_id, 3)
+        kill(next(c for c in stack.children if c.name == "crawl-runner"))
+        kill(next(c for c in stack.children if c.name == "result-projector-2"))
+        killed_at = utcnow()  # no restart: the survivors carry on alone
+        wait_sealed(stack, crawl_id, timeout=600)
+    assert_clean(
+        outcome(db, crawl_id, urls, "one of two runners and projectors", restarted_at=killed_at, peak=memory.peak)
+    )
+
+
+def test_nats_down_for_30_seconds(pg_url, nats, make_stack, site_urls):
+    stack = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV)
+    db, urls = Database(pg_url), site_urls(PAGES)
+    with MemorySampler(lambda: stack_pids(stack)) as memory:
+        crawl_id = submit(stack, urls=urls, plugins=PLUGINS)
+        wait_progress(db, crawl_id, 3)
+        nats.stop()
+        time.sleep(30)  # the outage itself: this scenario is 30 s without NATS
+        nats.start()
+        restarted = utcnow()
+        wait_sealed(stack, crawl_id, timeout=600)
+    assert_clean(outcome(db, crawl_id, urls, "NATS down 30 s", restarted_at=restarted, peak=memory.peak))
+
+
+class PrivatePostgres:
+    """A Postgres cluster of the test's own (stoppable), run as the ``postgres`` user."""
+
+    def __init__(self, root: Path) -> None:
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not bins or shutil.which("runuser") is None:
+            pytest.skip("no Postgres server binaries (postgresql package) to start a private cluster")
+        self.bin, self.dir, self.port = bins[-1], root / "pg", free_port()
+        self.dir.mkdir(parents=True)
+        shutil.chown(self.dir, "postgres", "postgres")
+        self._as_postgres(str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres")
+
+    def _as_postgres(self, *argv: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-o", options, "-w", "start")
+        wait_for_port(self.port, 30)
+
+    def stop(self) -> None:
+        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
+
+
+def test_postgres_down_for_30_seconds(nats, make_stack, site_urls, tmp_path):
+    postgres = PrivatePostgres(tmp_path)
+    postgres.start()
+    try:  # the stack's own teardown (make_stack) stops the services after this
+        stack = make_stack(postgres.url, nats.url, families=FAMILIES, env=ENV)
+        db, urls = Database(postgres.url), site_urls(PAGES)
+        with MemorySampler(lambda: stack_pids(stack)) as memory:
+            crawl_id = submit(stack, urls=urls, plugins=PLUGINS)
+            wait_progress(db, crawl_id, 3)
+            postgres.stop()
+            time.sleep(30)  # the outage itself
+            postgres.start()
+            restarted = utcnow()
+            for name in stack.supervise_once():  # a service that gave up on the database comes back
+                print(f"{name} was restarted after the outage")
+            wait_sealed(stack, crawl_id, timeout=600)
+        assert_clean(outcome(db, crawl_id, urls, "Postgres down 30 s", restarted_at=restarted, peak=memory.peak))
+        db.dispose()
+    finally:
+        postgres.stop()
+
+
+def test_every_service_stops_within_its_grace_on_sigterm(pg_url, nats, make_stack, site_urls):
+    stack = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV)
+    db = Database(pg_url)
+    crawl_id = submit(stack, urls=site_urls(6), plugins=PLUGINS)
+    wait_progress(db, crawl_id, 1)
+    for child in stack.children:
+        child.proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    for child in stack.children:
+        try:
+            child.proc.wait(25)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{child.name} still running 25 s after SIGTERM")
+    print(f"FAULT SIGTERM: every service stopped in {time.monotonic() - started:.1f} s")
