@@ -214,7 +214,7 @@ def settings_table() -> str:
             default = "./data"
         if key == "MACHINE_NAME":
             default = "the hostname"
-        shown = "" if default in (None, "") else f"`{default}`"
+        shown = "" if default in (None, "") else f"`{default}`".replace("|", "\\|")
         note = " *(per crawl)*" if key in CRAWL_SETTINGS else ""
         rows.append(f"| `{key}` | {shown} | {field.description}{note} |")
     return "\n".join(rows)

@@ -125,11 +125,46 @@ class Outcome:
         )
 
 
+def index_mismatches(db: Database, data_dir: Path, crawl_id: str) -> list[str]:
+    """Sealed snapshots whose ``index.jsonl`` does not list exactly their ArchiveResult rows."""
+    bad = []
+    with db.read() as s:
+        snaps = list(s.scalars(select(Snapshot).where(Snapshot.crawl_id == crawl_id, Snapshot.attempts > 0)))
+        rows = Counter(
+            (sid, plugin, hook, status)
+            for sid, plugin, hook, status in s.execute(
+                select(ArchiveResult.snapshot_id, ArchiveResult.plugin, ArchiveResult.hook_name, ArchiveResult.status)
+                .join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id)
+                .where(Snapshot.crawl_id == crawl_id)
+            )
+        )
+    for snap in snaps:
+        path = data_dir / snap.output_dir / "index.jsonl"
+        try:
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+        except OSError:
+            bad.append(f"{snap.id}: no index.jsonl")
+            continue
+        listed = Counter((snap.id, r["plugin"], r["hook_name"], r["status"]) for r in lines[1:])
+        mine = Counter({k: v for k, v in rows.items() if k[0] == snap.id})
+        if listed != mine:
+            bad.append(f"{snap.id}: index {sorted(listed)} != rows {sorted(mine)}")
+    return bad
+
+
 def outcome(
-    db: Database, crawl_id: str, urls: list[str], scenario: str, *, restarted_at: datetime | None, peak: int
+    db: Database,
+    crawl_id: str,
+    urls: list[str],
+    scenario: str,
+    *,
+    restarted_at: datetime | None,
+    peak: int,
+    data_dir: Path | None = None,
 ) -> Outcome:
     """Check a finished crawl: every URL one sealed snapshot, one result per hook of the plan,
-    nothing open, no orphan; ``recovery`` is the first seal after ``restarted_at``."""
+    nothing open, no orphan, each ``index.jsonl`` equal to its rows (with ``data_dir``);
+    ``recovery`` is the first seal after ``restarted_at``."""
     hooks = {h.name for h in get_catalog().snapshot_hooks(PLUGINS)}
     with db.read() as s:
         crawl = s.get(Crawl, crawl_id)
@@ -148,6 +183,8 @@ def outcome(
         problems.append(f"crawl is {crawl.status}")
     if sorted(per_url) != sorted(urls):
         problems.append(f"URLs differ: {set(urls) ^ set(per_url)}")
+    if data_dir is not None:
+        problems += index_mismatches(db, data_dir, crawl_id)
     lost = sum(len(hooks - {h for sid, h in per_key if sid == x.id}) for x in snaps)
     duplicated = sum(n - 1 for n in per_url.values()) + sum(n - 1 for n in per_key.values())
     recovery = None

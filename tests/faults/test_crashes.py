@@ -61,7 +61,11 @@ def test_sigkill_of_a_service_mid_crawl(victim, pg_url, nats, make_stack, site_u
         restarted = utcnow()
         assert victim in stack.supervise_once()
         wait_sealed(stack, crawl_id, timeout=600)
-    assert_clean(outcome(db, crawl_id, urls, f"SIGKILL {victim}", restarted_at=restarted, peak=memory.peak))
+    assert_clean(
+        outcome(
+            db, crawl_id, urls, f"SIGKILL {victim}", restarted_at=restarted, peak=memory.peak, data_dir=stack.data_dir
+        )
+    )
 
 
 def test_the_whole_stack_killed_and_restarted(pg_url, nats, make_stack, site_urls):
@@ -78,7 +82,17 @@ def test_the_whole_stack_killed_and_restarted(pg_url, nats, make_stack, site_url
     with MemorySampler(lambda: stack_pids(again)) as memory:
         again = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV, data_dir=stack.data_dir)
         wait_sealed(again, crawl_id, timeout=600)
-    assert_clean(outcome(db, crawl_id, urls, "kill -9 of the whole stack", restarted_at=restarted, peak=memory.peak))
+    assert_clean(
+        outcome(
+            db,
+            crawl_id,
+            urls,
+            "kill -9 of the whole stack",
+            restarted_at=restarted,
+            peak=memory.peak,
+            data_dir=stack.data_dir,
+        )
+    )
 
 
 def test_two_runners_and_two_projectors_one_of_each_killed(pg_url, nats, make_stack, site_urls):
@@ -109,7 +123,9 @@ def test_nats_down_for_30_seconds(pg_url, nats, make_stack, site_urls):
         nats.start()
         restarted = utcnow()
         wait_sealed(stack, crawl_id, timeout=600)
-    assert_clean(outcome(db, crawl_id, urls, "NATS down 30 s", restarted_at=restarted, peak=memory.peak))
+    assert_clean(
+        outcome(db, crawl_id, urls, "NATS down 30 s", restarted_at=restarted, peak=memory.peak, data_dir=stack.data_dir)
+    )
 
 
 class PrivatePostgres:
@@ -156,7 +172,17 @@ def test_postgres_down_for_30_seconds(nats, make_stack, site_urls, tmp_path):
             for name in stack.supervise_once():  # a service that gave up on the database comes back
                 print(f"{name} was restarted after the outage")
             wait_sealed(stack, crawl_id, timeout=600)
-        assert_clean(outcome(db, crawl_id, urls, "Postgres down 30 s", restarted_at=restarted, peak=memory.peak))
+        assert_clean(
+            outcome(
+                db,
+                crawl_id,
+                urls,
+                "Postgres down 30 s",
+                restarted_at=restarted,
+                peak=memory.peak,
+                data_dir=stack.data_dir,
+            )
+        )
         db.dispose()
     finally:
         postgres.stop()

@@ -1,0 +1,22 @@
+"""The README's settings table is the settings' own description (one place per rule)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from boxcar.shared.settings import Settings, settings_table
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def test_every_setting_has_a_description():
+    assert all(field.description for field in Settings.model_fields.values())
+
+
+def test_the_readme_shows_the_rendered_table():
+    text = README.read_text()
+    start, end = text.index("<!-- settings:start -->\n"), text.index("<!-- settings:end -->")
+    assert text[start + len("<!-- settings:start -->\n") : end].strip() == settings_table().strip(), (
+        "README's settings table is stale: paste the output of "
+        "`python -c 'from boxcar.shared.settings import settings_table; print(settings_table())'`"
+    )
