@@ -182,7 +182,8 @@ def lib_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[..., EmbeddedStack]]:
-    """Start Boxcar's services as separate processes on a given database and NATS server."""
+    """Start Boxcar's services on a given database and NATS server: as separate processes (the
+    default: tests kill and add them by name), or all in one (``shape="one"``)."""
     stacks: list[EmbeddedStack] = []
 
     def start(
@@ -192,6 +193,7 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
         families: list[str] | None = None,
         env: dict[str, str] | None = None,
         data_dir: Path | None = None,
+        shape: str = "processes",
     ) -> EmbeddedStack:
         for key, value in {
             "DATABASE_URL": database_url,
@@ -202,7 +204,7 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
         }.items():
             monkeypatch.setenv(key, value)
         settings = Settings(data_dir=data_dir or tmp_path / "data")
-        stack = EmbeddedStack(settings, families=families, use_external_nats=True)
+        stack = EmbeddedStack(settings, families=families, use_external_nats=True, shape=shape)
         stack.start()
         stacks.append(stack)
         return stack

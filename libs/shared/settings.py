@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -152,6 +152,14 @@ class Settings(BaseSettings):
     )
     binary_resolve_timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for one binary to resolve")
 
+    # --- the embedded stack (`boxcar up`, `boxcar add` without a running stack)
+    embedded_shape: Literal["one", "processes"] = Field(
+        default="one", description="Every service in one process (one), or one process each (processes)"
+    )
+    embedded_families: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Executor families to start (default: those PLUGINS needs), comma-separated"
+    )
+
     # --- the API
     api_host: str = Field(default="127.0.0.1", description="Address ingest listens on")
     api_port: int = Field(default=8000, description="Port ingest listens on")
@@ -162,7 +170,7 @@ class Settings(BaseSettings):
         default_factory=socket.gethostname, description="This machine's name (default the hostname)"
     )
 
-    @field_validator("plugins", "binary_install_providers", mode="before")
+    @field_validator("plugins", "binary_install_providers", "embedded_families", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
         return _csv(value)

@@ -43,12 +43,19 @@ class HookExecutor:
     """
 
     def __init__(
-        self, settings: Settings, family: str, catalog: PluginCatalog | None = None, concurrency: int | None = None
+        self,
+        settings: Settings,
+        family: str,
+        catalog: PluginCatalog | None = None,
+        concurrency: int | None = None,
+        *,
+        shared: SharedResources | None = None,
     ) -> None:
         self.settings = settings
         self.family = family
         self.catalog = catalog or get_catalog()
         self.concurrency = concurrency or settings.executor_concurrency
+        self.shared = shared
         self._stop = asyncio.Event()
         self.worker_id = f"{family}-{os.getpid()}-{new_id()[-8:]}"
 
@@ -80,11 +87,14 @@ class HookExecutor:
         self.cancellations = Cancellations(await bus.cancelled_bucket(js))
         await self.cancellations.start()
         binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
-        self.egress = self._egress_proxy(registry.parent / "egress" / self.worker_id)
-        self.warm = None
-        if self.settings.warm_hooks:
-            plugins = list(load_families().families[self.family].plugins)
-            self.warm = WarmInterpreters(registry.parent / "warm" / self.worker_id, self.catalog, plugins)
+        if self.shared is not None:  # executors of several families in one process share these
+            self.egress, self.warm = self.shared.egress, self.shared.warm
+        else:
+            self.egress = egress_proxy(self.settings, registry.parent / "egress" / self.worker_id)
+            self.warm = None
+            if self.settings.warm_hooks:
+                plugins = list(load_families().families[self.family].plugins)
+                self.warm = WarmInterpreters(registry.parent / "warm" / self.worker_id, self.catalog, plugins)
         self.executor = TaskExecutor(
             self.settings,
             js,
@@ -115,27 +125,15 @@ class HookExecutor:
             )
         finally:
             sweeper.cancel()
-            if self.egress:
-                self.egress.stop()
-            if self.warm:
-                self.warm.stop()
+            if self.shared is None:
+                if self.egress:
+                    self.egress.stop()
+                if self.warm:
+                    self.warm.stop()
             await self.cancellations.close()
             await self.executor.close()
             self.registration.remove()
             await nc.close()
-
-    def _egress_proxy(self, workdir) -> EgressProxy | None:
-        """The egress proxy hooks fetch through (``EGRESS_PROXY``); off where the operator already
-        routes through a proxy of their own (``HTTP(S)_PROXY``: their egress control)."""
-        if not self.settings.egress_proxy:
-            return None
-        if any(os.environ.get(k) for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")):
-            log.warning("HTTP(S)_PROXY is set: hooks use that proxy, and Boxcar's egress policy is not applied")
-            return None
-        proxy = EgressProxy(EgressPolicy.from_settings(self.settings), workdir)
-        proxy.start()
-        log.info("egress proxy on %s (URL_ALLOW_PRIVATE=%s)", proxy.url, self.settings.url_allow_private)
-        return proxy
 
     async def _sweep(self, nc, registry, interval: float = 30.0) -> None:
         """Now and then, do for any executor on this machine that died what a restart would: kill
@@ -173,3 +171,38 @@ class HookExecutor:
         await bus.publish(
             self.js, bus.task_completed_subject(task.family), completed, msg_id=f"{task.task_id}.completed"
         )
+
+
+def egress_proxy(settings: Settings, workdir) -> EgressProxy | None:
+    """The egress proxy hooks fetch through (``EGRESS_PROXY``), started; None where the operator
+    turned it off or already routes through a proxy of their own (``HTTP(S)_PROXY``: their
+    egress control)."""
+    if not settings.egress_proxy:
+        return None
+    if any(os.environ.get(k) for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")):
+        log.warning("HTTP(S)_PROXY is set: hooks use that proxy, and Boxcar's egress policy is not applied")
+        return None
+    proxy = EgressProxy(EgressPolicy.from_settings(settings), workdir)
+    proxy.start()
+    log.info("egress proxy on %s (URL_ALLOW_PRIVATE=%s)", proxy.url, settings.url_allow_private)
+    return proxy
+
+
+class SharedResources:
+    """What executors of several families in one process share: one egress proxy, one warm
+    interpreter with every family's plugins preloaded (the one-process embedded stack)."""
+
+    def __init__(self, settings: Settings, families: list[str], catalog: PluginCatalog | None = None) -> None:
+        catalog = catalog or get_catalog()
+        root = settings.data_dir / "tmp" / settings.machine_name
+        name = f"shared-{os.getpid()}"
+        self.egress = egress_proxy(settings, root / "egress" / name)
+        table = load_families().families
+        plugins = [p for f in families for p in table[f].plugins]
+        self.warm = WarmInterpreters(root / "warm" / name, catalog, plugins) if settings.warm_hooks else None
+
+    def stop(self) -> None:
+        if self.egress:
+            self.egress.stop()
+        if self.warm:
+            self.warm.stop()

@@ -1,0 +1,86 @@
+"""``python -m boxcar.cli.allinone --families F,…``: the whole stack as tasks of one process.
+
+The embedded stack's default shape (``EMBEDDED_SHAPE=one``): ingest (uvicorn), the crawl-runner,
+the result-projector, the binary-resolver and one hook-executor control loop per family run on
+one event loop, sharing one egress proxy and one warm interpreter; hooks stay child processes.
+Each service is the same class its own ``python -m boxcar.<service>`` runs, talking to the others
+over NATS exactly as in Compose — only the process boundary is gone, and with it eight Python
+interpreters' memory and start-up. ``EMBEDDED_SHAPE=processes`` runs one process per service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+import uvicorn
+
+from boxcar.binary_resolver.resolver import BinaryResolver
+from boxcar.crawl_runner.runner import CrawlRunner
+from boxcar.hook_executor.worker import HookExecutor, SharedResources
+from boxcar.ingest.app import create_app
+from boxcar.result_projector.projector import ResultProjector
+from boxcar.shared import telemetry
+from boxcar.shared.db import Database
+from boxcar.shared.service import setup_logging
+from boxcar.shared.settings import get_settings
+
+log = logging.getLogger("boxcar")
+
+
+async def main(families: list[str]) -> None:
+    """Run every service until SIGTERM/SIGINT, then stop them all (each finishes or hands back
+    its current work, as it would alone)."""
+    setup_logging("boxcar")
+    telemetry.setup_tracing("boxcar")
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.sqlalchemy_url)
+    await asyncio.to_thread(db.upgrade)
+    shared = await asyncio.to_thread(SharedResources, settings, families)
+    runner = CrawlRunner(settings, db)
+    projector = ResultProjector(settings, db)
+    resolver = BinaryResolver(settings)
+    executors = [HookExecutor(settings, family, shared=shared) for family in families]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, db),
+            host=settings.api_host,
+            port=settings.api_port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+        )
+    )
+    server.install_signal_handlers = lambda: None  # ours stop everything, uvicorn included
+
+    def stop(signame: str) -> None:
+        log.info("%s received: finishing current work", signame)
+        server.should_exit = True
+        for service in (runner, projector, resolver, *executors):
+            service.stop()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, sig.name)
+    try:
+        await asyncio.gather(
+            server.serve(), runner.run(), projector.run(), resolver.run(), *(e.run() for e in executors)
+        )
+    finally:
+        shared.stop()
+        db.dispose()
+        telemetry.shutdown_tracing()
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(prog="boxcar-allinone", description=__doc__)
+    parser.add_argument("--families", default="", help="comma-separated executor families to run")
+    args = parser.parse_args()
+    asyncio.run(main([f for f in args.families.split(",") if f]))
+
+
+if __name__ == "__main__":
+    cli()
