@@ -112,9 +112,10 @@ def remove_documents(s: Session, snapshot_ids: Iterable[str]) -> None:
         s.execute(text(f"DELETE FROM search_document WHERE snapshot_id IN ({placeholders})"), params)
 
 
-def clear(s: Session) -> None:
-    """Empty the index (``boxcar reindex`` rebuilds it)."""
-    s.execute(text("DELETE FROM search_document"))
+def drop_orphans(s: Session) -> None:
+    """Drop documents of snapshots that are gone and, on SQLite, rebuild the FTS5 index from the
+    documents (``boxcar reindex``)."""
+    s.execute(text("DELETE FROM search_document WHERE snapshot_id NOT IN (SELECT id FROM snapshot)"))
     if _dialect(s) == "sqlite":
         s.execute(text("INSERT INTO search_fts(search_fts) VALUES ('rebuild')"))
 

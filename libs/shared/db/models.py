@@ -427,20 +427,10 @@ class ApiToken(Base):
 # ----------------------------------------------------------------------------- web UI (issue 10)
 
 
-def _snapshot_domain(context) -> str:
-    """``Snapshot.domain`` when a row is inserted without one: its URL's host name, lower case."""
-    from urllib.parse import urlsplit
-
-    url = context.get_current_parameters().get("url") or ""
-    try:
-        return (urlsplit(url).hostname or "")[:255]
-    except ValueError:
-        return ""
-
-
-# The list page's filters and order (newest first, keyset on (created_at, id)); ``domain`` is filled
-# by a column default on insert, so the crawl-runner's inserts need not know about it.
-Snapshot.domain = mapped_column(String(255), default=_snapshot_domain, server_default="", nullable=False)
+# The list page's filters and order (newest first, keyset on (created_at, id)). ``domain`` is the
+# URL's host name, derived data the result-projector fills in (``refresh_snapshots``), so the
+# crawl-runner's inserts need not know about it.
+Snapshot.domain = mapped_column(String(255), server_default="", nullable=False)
 Index("ix_snapshot_created_at_id", Snapshot.created_at, Snapshot.id)
 Index("ix_snapshot_status_created_at", Snapshot.status, Snapshot.created_at)
 Index("ix_snapshot_domain_created_at", Snapshot.domain, Snapshot.created_at)

@@ -81,7 +81,7 @@ SEARCH_DROP = {
 }
 
 
-def _host(url: str) -> str:
+def _host(url: str) -> str:  # frozen copy of urls.url_domain
     try:
         return (urlsplit(url).hostname or "")[:255]
     except ValueError:
