@@ -428,7 +428,8 @@ def status_cmd(data_dir, api, token, as_json) -> None:
     )
     services = state.get("services") or {}
     if services:
-        err.print("services " + "  ".join(f"{n} {'[green]alive[/]' if up else '[red]DOWN[/]'}" for n, up in services.items()))
+        alive = {True: "[green]alive[/]", False: "[red]DOWN[/]"}
+        err.print("services " + "  ".join(f"{name} {alive[up]}" for name, up in services.items()))
     table = Table("family", "pending", "in progress", "idle executors", "alive")
     for name, fam in state["families"].items():
         alive = "[green]yes[/]" if fam["alive"] else ("[red]NO[/]" if fam["pending"] else "no")
