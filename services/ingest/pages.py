@@ -447,8 +447,9 @@ class AccountPages(Controller):
 
 
 def login_redirect(request: Request, exc: Exception) -> Response:
-    """No session: a page asked for with GET goes to the login form; anything else is a 401."""
-    if request.method == "GET" and not request.url.path.startswith("/api/"):
+    """No session: a page asked for with GET goes to the login form; anything else (a form post,
+    an archived file) is a 401."""
+    if request.method == "GET" and not request.url.path.startswith(("/api/", "/archive/", "/replay")):
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return Redirect(f"/login?{urlencode({'next': target})}", status_code=303)
     return Response({"status_code": 401, "detail": "log in first"}, status_code=401)
