@@ -3,10 +3,13 @@ archive origin only). What is safe to send, and how, is ``archive.ArchiveFiles``
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import anyio.to_thread
 from litestar import Controller, Request, get
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
+from litestar.params import PathParameter
 from litestar.response import File, Redirect, Template
 
 from boxcar.ingest import replay
@@ -14,6 +17,7 @@ from boxcar.ingest.accounts import require_viewer
 from boxcar.ingest.archive import ArchiveFiles, archive_origin
 from boxcar.ingest.library import SnapshotLibrary
 
+PathStr = Annotated[str, PathParameter()]
 NOT_FOUND = "no such archived file"
 
 
@@ -24,7 +28,7 @@ class ArchiveFilesController(Controller):
 
     @get("/archive/{snapshot_id:str}/{path:path}", guards=[require_viewer])
     async def archived_file(
-        self, request: Request, snapshot_id: str, path: str, archive_files: NamedDependency[ArchiveFiles]
+        self, request: Request, snapshot_id: PathStr, path: PathStr, archive_files: NamedDependency[ArchiveFiles]
     ) -> File | Redirect:
         """One archived file, or 404 for anything outside the snapshot's directory."""
         state = request.app.state
@@ -53,7 +57,9 @@ class ReplayController(Controller):
     include_in_schema = False
 
     @get("/replay-view/{snapshot_id:str}", guards=[require_viewer])
-    async def viewer(self, request: Request, snapshot_id: str, library: NamedDependency[SnapshotLibrary]) -> Template:
+    async def viewer(
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
+    ) -> Template:
         """The viewer of the snapshot's WARC, starting at its URL."""
         detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
         if detail is None or "warc" not in detail.links or not replay.available(request.app.state.settings):
@@ -69,7 +75,7 @@ class ReplayController(Controller):
         )
 
     @get("/replay/{name:str}")
-    async def asset(self, request: Request, name: str) -> File:
+    async def asset(self, request: Request, name: PathStr) -> File:
         """``ui.js`` or ``sw.js`` of the pinned ``replaywebpage`` package."""
         settings = request.app.state.settings
         if name not in replay.ASSETS or not replay.available(settings):

@@ -11,7 +11,7 @@ requests to the crawl-runner (``Signals.control``), "archive again" is a new cra
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode, urlsplit
 
 import anyio.to_thread
@@ -19,6 +19,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import UploadFile
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
+from litestar.params import PathParameter
 from litestar.response import Redirect, Template
 
 from boxcar.ingest import accounts, replay
@@ -33,6 +34,7 @@ from boxcar.ingest.signals import BusUnavailable, Signals
 from boxcar.shared.messages import CrawlControl, ScheduleControl
 
 ID = "{snapshot_id:str}"
+PathStr = Annotated[str, PathParameter()]
 
 
 def _archive_base(request: Request) -> str:
@@ -128,7 +130,9 @@ class SnapshotPages(Controller):
         )
 
     @get(f"/snapshots/{ID}", guards=[require_viewer])
-    async def snapshot(self, request: Request, snapshot_id: str, library: NamedDependency[SnapshotLibrary]) -> Template:
+    async def snapshot(
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
+    ) -> Template:
         """One snapshot: its facts, tags, outputs, every result, and the actions."""
         detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
         if detail is None:
@@ -141,7 +145,7 @@ class SnapshotPages(Controller):
 
     @get(f"/snapshots/{ID}/replay", guards=[require_viewer])
     async def replay_page(
-        self, request: Request, snapshot_id: str, library: NamedDependency[SnapshotLibrary]
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
     ) -> Template:
         """The WARC replayed by ReplayWeb.page, framed from the archive origin."""
         detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
@@ -156,7 +160,7 @@ class SnapshotPages(Controller):
     async def set_tags(
         self,
         request: Request,
-        snapshot_id: str,
+        snapshot_id: PathStr,
         library: NamedDependency[SnapshotLibrary],
         signals: NamedDependency[Signals],
     ) -> Template | Redirect:
@@ -173,7 +177,7 @@ class SnapshotPages(Controller):
 
     @post(f"/snapshots/{ID}/delete", guards=[require_login])
     async def delete(
-        self, request: Request, snapshot_id: str, library: NamedDependency[SnapshotLibrary]
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
     ) -> Template | Redirect:
         """Delete the snapshot's rows and files (the page asked for confirmation)."""
         try:
@@ -187,7 +191,7 @@ class SnapshotPages(Controller):
     @post(f"/snapshots/{ID}/archive-again", guards=[require_login])
     async def archive_again(
         self,
-        snapshot_id: str,
+        snapshot_id: PathStr,
         library: NamedDependency[SnapshotLibrary],
         crawl_service: NamedDependency[CrawlService],
         signals: NamedDependency[Signals],
@@ -219,14 +223,18 @@ class CrawlPages(Controller):
         return await render(request, "crawls.html", crawls=rows, next_cursor=nxt)
 
     @get("/crawls/{crawl_id:str}", guards=[require_viewer])
-    async def crawl(self, request: Request, crawl_id: str, crawl_service: NamedDependency[CrawlService]) -> Template:
+    async def crawl(
+        self, request: Request, crawl_id: PathStr, crawl_service: NamedDependency[CrawlService]
+    ) -> Template:
         status = await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32])
         if status is None:
             raise NotFoundException(f"no crawl {crawl_id[:32]}")
         return await render(request, "crawl.html", crawl=status)
 
     @get("/crawls/{crawl_id:str}/progress", guards=[require_viewer])
-    async def progress(self, request: Request, crawl_id: str, crawl_service: NamedDependency[CrawlService]) -> Template:
+    async def progress(
+        self, request: Request, crawl_id: PathStr, crawl_service: NamedDependency[CrawlService]
+    ) -> Template:
         """The progress block alone, polled by htmx every second until the crawl is sealed."""
         status = await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32])
         if status is None:
@@ -237,8 +245,8 @@ class CrawlPages(Controller):
     async def control(
         self,
         request: Request,
-        crawl_id: str,
-        action: str,
+        crawl_id: PathStr,
+        action: PathStr,
         crawl_service: NamedDependency[CrawlService],
         signals: NamedDependency[Signals],
     ) -> Template | Redirect:
@@ -352,8 +360,8 @@ class FeedPages(Controller):
     async def control(
         self,
         request: Request,
-        feed_id: str,
-        action: str,
+        feed_id: PathStr,
+        action: PathStr,
         feed_service: NamedDependency[FeedService],
         signals: NamedDependency[Signals],
     ) -> Template | Redirect:
@@ -440,7 +448,7 @@ class AccountPages(Controller):
         return response
 
     @post("/settings/tokens/{token_id:str}/revoke", guards=[require_login])
-    async def revoke(self, request: Request, token_id: str) -> Redirect:
+    async def revoke(self, request: Request, token_id: PathStr) -> Redirect:
         if not await anyio.to_thread.run_sync(revoke_token, request.app.state.db, token_id[:32]):
             raise NotFoundException("no such token")
         return Redirect("/settings", status_code=303)
