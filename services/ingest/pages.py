@@ -19,7 +19,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import UploadFile
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
-from litestar.params import PathParameter
+from litestar.params import PathParameter, QueryParameter
 from litestar.response import Redirect, Template
 
 from boxcar.ingest import accounts, replay
@@ -35,6 +35,7 @@ from boxcar.shared.messages import CrawlControl, ScheduleControl
 
 ID = "{snapshot_id:str}"
 PathStr = Annotated[str, PathParameter()]
+QueryStr = Annotated[str, QueryParameter()]
 
 
 def _archive_base(request: Request) -> str:
@@ -92,14 +93,14 @@ class SnapshotPages(Controller):
         self,
         request: Request,
         library: NamedDependency[SnapshotLibrary],
-        q: str = "",
-        tag: str = "",
-        status: str = "",
-        domain: str = "",
-        crawl_id: str = "",
-        date_from: str = "",
-        date_to: str = "",
-        cursor: str = "",
+        q: QueryStr = "",
+        tag: QueryStr = "",
+        status: QueryStr = "",
+        domain: QueryStr = "",
+        crawl_id: QueryStr = "",
+        date_from: QueryStr = "",
+        date_to: QueryStr = "",
+        cursor: QueryStr = "",
     ) -> Template:
         """The snapshot list, newest first, or search results (``q``), with filters."""
         end = _date(date_to)
@@ -218,7 +219,7 @@ class CrawlPages(Controller):
     include_in_schema = False
 
     @get("/crawls", guards=[require_viewer])
-    async def crawls(self, request: Request, library: NamedDependency[SnapshotLibrary], cursor: str = "") -> Template:
+    async def crawls(self, request: Request, library: NamedDependency[SnapshotLibrary], cursor: QueryStr = "") -> Template:
         rows, nxt = await anyio.to_thread.run_sync(lambda: library.crawls(cursor[:100]))
         return await render(request, "crawls.html", crawls=rows, next_cursor=nxt)
 
@@ -385,7 +386,7 @@ class AccountPages(Controller):
     include_in_schema = False
 
     @get("/login")
-    async def login_form(self, request: Request, next: str = "/") -> Template:
+    async def login_form(self, request: Request, next: QueryStr = "/") -> Template:
         return await render(request, "login.html", next=_safe_next(next))
 
     @post("/login")
@@ -430,7 +431,7 @@ class AccountPages(Controller):
         return response
 
     @get("/settings", guards=[require_login])
-    async def settings(self, request: Request, new_token: str = "") -> Template:
+    async def settings(self, request: Request) -> Template:
         tokens = await anyio.to_thread.run_sync(list_tokens, request.app.state.db)
         return await render(request, "settings.html", tokens=tokens, new_token="")
 
