@@ -219,7 +219,9 @@ class CrawlPages(Controller):
     include_in_schema = False
 
     @get("/crawls", guards=[require_viewer])
-    async def crawls(self, request: Request, library: NamedDependency[SnapshotLibrary], cursor: QueryStr = "") -> Template:
+    async def crawls(
+        self, request: Request, library: NamedDependency[SnapshotLibrary], cursor: QueryStr = ""
+    ) -> Template:
         rows, nxt = await anyio.to_thread.run_sync(lambda: library.crawls(cursor[:100]))
         return await render(request, "crawls.html", crawls=rows, next_cursor=nxt)
 
