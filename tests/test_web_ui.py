@@ -184,13 +184,18 @@ def test_the_snapshot_page_shows_its_screenshot(page, state):
     shot(page, "06-snapshot")
 
 
+def requests_into(urls: list[str]):
+    """A request listener that records each request's URL into ``urls``."""
+    return lambda request: urls.append(request.url)
+
+
 def test_a_hostile_archived_page_never_reaches_boxcar(page, stack, state):
     page.goto(f"/snapshots/{state['hostile']}")
     views = [page.get_attribute(v, "href") for v in ("#view-wget", "#view-dom")]
     assert all(views), views
     for href in views:
         requests: list[str] = []
-        listener = lambda request: requests.append(request.url)  # noqa: E731
+        listener = requests_into(requests)
         page.on("request", listener)
         response = page.goto(href)
         assert response.status == 200
