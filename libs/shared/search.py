@@ -18,7 +18,9 @@ Storage (created by migration 0004 with raw DDL, outside the ORM models):
   syntax (``fts5_query``), ranking ``bm25`` with the same column weights, snippets ``snippet()``.
 
 Query syntax (both): words are ANDed, ``"a phrase"`` matches words in order, ``-word`` excludes,
-``or`` between terms means either.
+``or`` between terms means either. A query of plain words ranks the documents where they stand
+together, in that order, first (someone pasting a phrase of a page expects that page on top),
+then by relevance.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ def search(s: Session, query: str, *, tag: str | None = None, limit: int = 20, o
     if not query:
         return []
     params = {"limit": max(1, min(limit, 1000)), "offset": max(0, offset), "tag": tag}
+    words = _plain_words(query)
     tag_filter = (
         """ AND EXISTS (SELECT 1 FROM snapshot_tag st JOIN tag t ON t.id = st.tag_id
                        WHERE st.snapshot_id = d.snapshot_id AND t.name = CAST(:tag AS VARCHAR))"""
@@ -142,43 +145,55 @@ def search(s: Session, query: str, *, tag: str | None = None, limit: int = 20, o
         rows = s.execute(
             text(
                 f"""
-                WITH q AS (SELECT websearch_to_tsquery('english', :q) AS query),
+                WITH q AS (SELECT websearch_to_tsquery('english', :q) AS query,
+                                  phraseto_tsquery('english', :words) AS phrase),
                 top AS (
-                    SELECT d.snapshot_id, d.body, ts_rank_cd(d.document, q.query) AS rank
+                    SELECT d.snapshot_id, d.body, ts_rank_cd(d.document, q.query) AS rank,
+                           (:words <> '' AND d.document @@ q.phrase) AS together
                     FROM search_document d JOIN snapshot s ON s.id = d.snapshot_id, q
                     WHERE d.document @@ q.query {tag_filter}
-                    ORDER BY rank DESC, d.snapshot_id DESC
+                    ORDER BY together DESC, rank DESC, d.snapshot_id DESC
                     LIMIT :limit OFFSET :offset
                 )
                 SELECT top.snapshot_id, top.rank,
                        ts_headline('english', top.body, q.query,
                                    'StartSel=' || chr(2) || ', StopSel=' || chr(3) ||
                                    ', MaxWords=35, MinWords=15, MaxFragments=2, FragmentDelimiter=" … "')
-                FROM top, q ORDER BY top.rank DESC, top.snapshot_id DESC
+                FROM top, q ORDER BY top.together DESC, top.rank DESC, top.snapshot_id DESC
                 """
             ),
-            {**params, "q": query},
+            {**params, "q": query, "words": " ".join(words)},
         ).all()
         return [SearchHit(sid, float(rank), _snippet_html(snip)) for sid, rank, snip in rows]
     match = fts5_query(query)
     if not match:
         return []
+    together = "(search_fts.rowid IN (SELECT rowid FROM search_fts WHERE search_fts MATCH :phrase))" if words else "0"
     rows = s.execute(
         text(
             f"""
             SELECT d.snapshot_id, bm25(search_fts, 10.0, 4.0, 4.0, 1.0) AS score,
-                   snippet(search_fts, 3, char(2), char(3), ' … ', 24)
+                   snippet(search_fts, 3, char(2), char(3), ' … ', 24),
+                   {together} AS together
             FROM search_fts
             JOIN search_document d ON d.rowid = search_fts.rowid
             JOIN snapshot s ON s.id = d.snapshot_id
             WHERE search_fts MATCH :match {tag_filter}
-            ORDER BY score, d.snapshot_id DESC
+            ORDER BY together DESC, score, d.snapshot_id DESC
             LIMIT :limit OFFSET :offset
             """
         ),
-        {**params, "match": match},
+        {**params, "match": match, "phrase": '"' + " ".join(words) + '"'},
     ).all()
-    return [SearchHit(sid, -float(score), _snippet_html(snip)) for sid, score, snip in rows]
+    return [SearchHit(sid, -float(score), _snippet_html(snip)) for sid, score, snip, _ in rows]
+
+
+def _plain_words(query: str) -> list[str]:
+    """The words of a query made only of plain words (no quotes, exclusions or ``or``), else []."""
+    if '"' in query or any(t.startswith("-") or t.lower() == "or" for t in query.split()):
+        return []
+    words = re.findall(r"\w+", query)
+    return words if len(words) > 1 else []
 
 
 def _snippet_html(raw: str | None) -> str:

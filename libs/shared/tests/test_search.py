@@ -82,3 +82,23 @@ def test_fts5_translation():
     assert fts5_query("a or b c") == '("a" OR "b") AND "c"'
     assert fts5_query("-x") == ""
     assert fts5_query('say "hi') == '"say" AND "hi"'
+
+
+def test_plain_words_standing_together_rank_first(db):
+    with db.write() as s:
+        crawl = Crawl.new(user="system", first_url="http://a.test/", seed_count=0, now=utcnow())
+        s.add(crawl)
+        s.flush()
+        scattered = _snapshot(s, crawl, 10, "http://a.test/scattered")
+        together = _snapshot(s, crawl, 11, "http://a.test/together")
+        s.flush()
+        noise = " ".join(["this line, simple adding"] * 30)
+        search.index_documents(
+            s,
+            [
+                SearchDocument(scattered, "Simple lines", "http://a.test/scattered", (), noise),
+                SearchDocument(together, "Other", "http://a.test/together", (), "first adding this simple line here"),
+            ],
+        )
+    with db.read() as s:
+        assert [h.snapshot_id for h in search.search(s, "adding this simple line")][0] == together
