@@ -362,3 +362,39 @@ def test_status_reports_disk_used_and_services(archive):
     assert state["disk_used_bytes"] > 0
     assert state["services"]["ingest"] is True and "result-projector" in state["services"]
     json.dumps(state)
+
+
+def test_add_page_takes_urls_or_an_import_file_and_shows_the_crawl(archive):
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, "/add")
+        bad = c.post("/add", data={"urls": "ftp://nope.test/", "depth": "0", "_csrf_token": token})
+        assert bad.status_code == 422 and "urls[0]" in bad.text
+        made = c.post(
+            "/add",
+            data={"urls": "", "depth": "1", "tags": "imported", "_csrf_token": token},
+            files={"file": ("bookmarks.html", b'<DL><DT><A HREF="https://x.example/a">A</A></DL>', "text/html")},
+            follow_redirects=False,
+        )
+        assert made.status_code == 303 and re.match(r"^/crawls/[0-9a-f]{32}$", made.headers["location"])
+        page = c.get(made.headers["location"])
+        assert page.status_code == 200 and 'id="crawl-status"' in page.text
+        assert c.post(f"{made.headers['location']}/pause", data={"_csrf_token": token}).status_code == 503  # no NATS
+
+
+def test_feeds_page_subscribes_and_removes(archive):
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, "/feeds")
+        made = c.post(
+            "/feeds",
+            data={"url": "https://news.example/feed.xml", "schedule": "daily", "_csrf_token": token},
+            follow_redirects=False,
+        )
+        assert made.status_code == 303
+        page = c.get("/feeds").text
+        assert "https://news.example/feed.xml" in page
+        feed_id = re.search(r"/feeds/([0-9a-f]{32})/remove", page).group(1)
+        assert c.post("/feeds", data={"url": "x", "schedule": "never", "_csrf_token": token}).status_code == 422
+        c.post(f"/feeds/{feed_id}/remove", data={"_csrf_token": token})
+        assert "https://news.example/feed.xml" not in c.get("/feeds").text
