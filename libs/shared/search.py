@@ -130,7 +130,7 @@ def indexed_count(s: Session) -> int:
 def search(s: Session, query: str, *, tag: str | None = None, limit: int = 20, offset: int = 0) -> list[SearchHit]:
     """Snapshots matching ``query`` (web-search syntax), best first, optionally only those tagged
     ``tag``. An empty query, or one with nothing to look for, matches nothing."""
-    query = query.strip()[:1000]
+    query = query.replace("\x00", " ").strip()[:1000]
     if not query:
         return []
     params = {"limit": max(1, min(limit, 1000)), "offset": max(0, offset), "tag": tag}

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio.to_thread
 from litestar import Litestar, Request, Response, get
 from litestar.config.csrf import CSRFConfig
-from litestar.datastructures import State
+from litestar.datastructures import ResponseHeader, State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
@@ -190,6 +190,8 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
         },
         template_config=TEMPLATES,
         plugins=[HTMXPlugin()],
+        # no page of Boxcar's may be framed (an archived page can't overlay its buttons: clickjacking)
+        response_headers=[ResponseHeader(name="X-Frame-Options", value="DENY")],
         csrf_config=CSRFConfig(
             secret=csrf_secret(settings),
             cookie_httponly=True,  # the token reaches pages in their HTML, never through document.cookie

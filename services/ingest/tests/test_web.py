@@ -210,10 +210,11 @@ def test_session_cookie_flags_login_and_logout(archive):
         assert s.scalar(select(func.count()).select_from(UserSession)) == 0
 
 
-def test_csrf_cookie_is_httponly(archive):
+def test_csrf_cookie_is_httponly_and_pages_refuse_framing(archive):
     with client(archive) as c:
         response = c.get("/login")
         assert "HttpOnly" in response.headers["set-cookie"]
+        assert response.headers["x-frame-options"] == "DENY"
 
 
 def test_api_tokens_are_listed_and_revocable_on_the_settings_page(archive):
