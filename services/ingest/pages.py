@@ -227,12 +227,19 @@ class CrawlPages(Controller):
 
     @get("/crawls/{crawl_id:str}", guards=[require_viewer])
     async def crawl(
-        self, request: Request, crawl_id: PathStr, crawl_service: NamedDependency[CrawlService]
+        self,
+        request: Request,
+        crawl_id: PathStr,
+        crawl_service: NamedDependency[CrawlService],
+        library: NamedDependency[SnapshotLibrary],
     ) -> Template:
+        """A crawl's progress (live) and its newest snapshots."""
         status = await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32])
         if status is None:
             raise NotFoundException(f"no crawl {crawl_id[:32]}")
-        return await render(request, "crawl.html", crawl=status)
+        page = await anyio.to_thread.run_sync(lambda: library.list(SnapshotFilter(crawl_id=status.id)))
+        next_url = f"/?crawl_id={status.id}&cursor={page.next_cursor}" if page.next_cursor else ""
+        return await render(request, "crawl.html", crawl=status, page=page, next_url=next_url)
 
     @get("/crawls/{crawl_id:str}/progress", guards=[require_viewer])
     async def progress(
