@@ -399,3 +399,27 @@ def test_feeds_page_subscribes_and_removes(archive):
         assert c.post("/feeds", data={"url": "x", "schedule": "never", "_csrf_token": token}).status_code == 422
         c.post(f"/feeds/{feed_id}/remove", data={"_csrf_token": token})
         assert "https://news.example/feed.xml" not in c.get("/feeds").text
+
+
+def test_archive_again_makes_a_new_crawl_and_list_pages_continue(archive):
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, f"/snapshots/{archive['sealed']}")
+        again = c.post(
+            f"/snapshots/{archive['sealed']}/archive-again", data={"_csrf_token": token}, follow_redirects=False
+        )
+        assert again.status_code == 303
+        new_crawl = again.headers["location"].rsplit("/", 1)[1]
+        assert new_crawl != archive["crawl"]
+        with archive["db"].read() as s:
+            crawl = s.get(Crawl, new_crawl)
+            assert crawl.status == "queued" and crawl.seed_count == 1  # the runner takes it from here
+        first = c.get("/", params={"crawl_id": archive["crawl"]}).text
+        assert first.count('class="snapshot-row"') == 2 and "Older snapshots" not in first
+        from boxcar.ingest.library import SnapshotFilter, SnapshotLibrary
+
+        library = SnapshotLibrary(archive["db"], archive["data_dir"])
+        one = library.list(SnapshotFilter(), limit=1)
+        rest = c.get("/", params={"cursor": one.next_cursor}, headers={"hx-request": "true"})
+        assert rest.status_code == 200 and "<html" not in rest.text  # the rows alone, for htmx to append
+        assert rest.text.count('class="snapshot-row"') == 1 and one.rows[0].id not in rest.text
