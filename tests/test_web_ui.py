@@ -242,3 +242,64 @@ def test_delete_a_snapshot_and_it_is_gone_from_list_and_search(page, state):
     page.goto("/?q=" + "+".join(PHRASE.split()))
     assert page.locator("tr.snapshot-row").count() == 0
     assert page.goto(f"/snapshots/{state['article']}").status == 404
+
+
+@pytest.fixture
+def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Ingest alone (no stack) in ``sandboxed-scripts`` mode on a free port, with a user and one
+    archived copy of the hostile page; yields (base URL, the archived page's path)."""
+    import uvicorn
+
+    from boxcar.cli.stack import free_port, wait_for_port
+    from boxcar.ingest.app import create_app
+    from boxcar.shared.clock import utcnow
+    from boxcar.shared.db.models import Crawl, Snapshot, Status
+    from boxcar.shared.storage import snapshot_dir
+
+    settings = Settings(
+        data_dir=tmp_path / "data", archive_security_mode="sandboxed-scripts", nats_url="nats://127.0.0.1:9"
+    )
+    db = Database(settings.sqlalchemy_url)
+    db.upgrade()
+    create_user(db, "alice", PASSWORD)
+    now = utcnow()
+    crawl = Crawl.new(user="system", first_url="http://h.test/", seed_count=1, now=now)
+    out = snapshot_dir("system", now, "http://h.test/", "a" * 32)
+    with db.write() as s:
+        s.add(crawl)
+        s.flush()
+        s.add(Snapshot(id="a" * 32, crawl_id=crawl.id, url="http://h.test/", url_hash="a" * 64,
+                       status=Status.SEALED, output_dir=out))  # fmt: skip
+    (settings.data_dir / out / "wget").mkdir(parents=True)
+    (settings.data_dir / out / "wget" / "index.html").write_text(HOSTILE)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, db), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for_port(port, 20)
+    yield f"http://127.0.0.1:{port}", f"/archive/{'a' * 32}/wget/index.html"
+    server.should_exit = True
+    thread.join(10)
+    db.dispose()
+
+
+def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(browser, sandboxed_server):
+    base, path = sandboxed_server
+    context = browser.new_context(base_url=base)
+    tab = context.new_page()
+    tab.goto("/login")
+    tab.fill("input[name=username]", "alice")
+    tab.fill("input[name=password]", PASSWORD)
+    tab.click("button[type=submit]")
+    tab.wait_for_url(re.compile(r"/$"))
+    sent: list = []
+    tab.on("request", lambda request: sent.append(request) if "/api/" in request.url else None)
+    tab.goto(path)
+    tab.wait_for_selector("#ran")  # this mode lets the page's script run …
+    wait_until(lambda: sent, 10, "the page's fetch")
+    request = sent[0]
+    assert "stolen=threw" in request.url  # … but document.cookie throws in its opaque origin
+    assert "cookie" not in request.all_headers()  # and its request carries none of Boxcar's cookies
+    assert any(c["name"] == "boxcar_session" for c in context.cookies())  # though the browser holds one
+    shot(tab, "10-sandboxed-scripts")
+    context.close()
