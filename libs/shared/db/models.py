@@ -4,10 +4,12 @@ The shapes follow ArchiveBox 0.9 (``reference/archivebox-0.9.md`` §1.2): ids ar
 hex characters, ``status`` + ``retry_at`` carry every lifecycle (``retry_at`` in the past = due,
 in the future = leased or scheduled, NULL = idle/finished). Who writes what (DESIGN.md):
 
-- ingest: new Crawl / CrawlSchedule / Tag / ApiToken rows
+- ingest: new Crawl / CrawlSchedule / Tag / ApiToken / User / UserSession rows, tag links a user
+  edits, and deleting a snapshot (rows and files; not a status transition)
 - crawl-runner: every Crawl / Snapshot / CrawlSchedule *transition*, new Snapshot rows,
   SnapshotTask rows (task dispatch records)
-- result-projector: ArchiveResult, Process and Binary rows, Snapshot.title / output_size
+- result-projector: ArchiveResult, Process and Binary rows, Snapshot.title / output_size / domain,
+  the search index (``boxcar.shared.search``)
 
 All timestamps are timezone-aware UTC in Python (``UTCDateTime`` stores naive UTC on SQLite).
 """
