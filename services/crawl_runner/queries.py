@@ -469,13 +469,14 @@ def requeue_snapshot(s: Session, snapshot: Snapshot, retry_at: datetime, now: da
     )
 
 
-def seal_snapshot(s: Session, snapshot: Snapshot, now: datetime) -> bool:
-    """``started → sealed`` at the stage we hold; False if someone else moved or sealed it."""
+def seal_snapshot(s: Session, snapshot: Snapshot, now: datetime, expected_results: int) -> bool:
+    """``started → sealed`` at the stage we hold, noting how many results its plan has (the
+    projector's index is complete once it has them all); False if someone else moved or sealed it."""
     return _one(
         s,
         update(Snapshot)
         .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
-        .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now),
+        .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now, expected_results=expected_results),
     )
 
 

@@ -426,7 +426,7 @@ class CrawlRunner:
         out = [
             self._stand_in(snap, hook.plugin, hook.name, "skipped" if cancelled else "failed", reason) for hook in hooks
         ]
-        if q.seal_snapshot(s, snap, now):
+        if q.seal_snapshot(s, snap, now, self._expected_results(crawl)):
             out.append(self._snapshot_event(snap, "sealed", now))
         return out
 
@@ -613,7 +613,7 @@ class CrawlRunner:
             return []
         next_stage = plan.next_stage(snap.stage)
         if next_stage is None:
-            if not q.seal_snapshot(s, snap, now):
+            if not q.seal_snapshot(s, snap, now, len(plan.hooks_from(plan.first_stage))):
                 return []
             out = [self._snapshot_event(snap, "sealed", now)]
             if q.seal_crawl_if_done(s, crawl.id, now):
@@ -688,6 +688,14 @@ class CrawlRunner:
     @staticmethod
     def _config(crawl: Crawl) -> CrawlConfig:
         return CrawlConfig(dict(crawl.config or {}))
+
+    def _expected_results(self, crawl: Crawl) -> int:
+        """How many results a snapshot of this crawl ends with: one per hook of its plan."""
+        try:
+            plan = self._plan(crawl)
+        except ValueError:
+            return 0
+        return len(plan.hooks_from(plan.first_stage))
 
     def _plan(self, crawl: Crawl) -> Plan:
         plan = self._plans.get(crawl.id)

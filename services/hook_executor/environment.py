@@ -33,6 +33,7 @@ from urllib.parse import unquote
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv
 from boxcar.hook_executor.egress import proxy_env
 from boxcar.hook_executor.reaper import WORKER_ENV
+from boxcar.hook_executor.warm import node_compile_cache
 from boxcar.shared import secrets, telemetry
 from boxcar.shared.crawlconfig import CrawlConfig
 from boxcar.shared.plugins import PRIVATE_ENV_KEYS, Hook, PluginCatalog
@@ -119,6 +120,7 @@ class HookEnvironment:
             "PYTHON3_BINARY": sys.executable,
             WORKER_ENV: worker_id,
             **(proxy_env(proxy) if proxy else {}),
+            **(node_compile_cache(settings.lib_dir) if settings.warm_hooks else {}),
         }
         self.base.setdefault("PERSONAS_DIR", str(Path(dirs.get("TMP_DIR", settings.data_dir)) / "personas"))
         userinfo = secrets.unseal(credentials) if credentials else ""

@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from boxcar.hook_executor.zygote import Zygote
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, OutputFile, ProcessRecord, Seed
@@ -111,6 +112,7 @@ class HookProcess:
         kill_grace: float = 5.0,
         memory_limit: int = 0,
         output_limit: int = 0,
+        spawner: Zygote | None = None,
     ) -> None:
         self.hook = hook
         self.cmd = cmd
@@ -122,6 +124,7 @@ class HookProcess:
         self.memory_limit = memory_limit
         self.output_limit = output_limit
         self.over_limit = ""  # why the hook was killed for its size, when it was
+        self.spawner = spawner
         self.process_id = new_id()
         self.proc: asyncio.subprocess.Process | None = None
         self.started_at: datetime | None = None
@@ -144,16 +147,19 @@ class HookProcess:
         self._files_before = await asyncio.to_thread(scan_files, self.plugin_dir)
         self.started_at = utcnow()
         self._deadline = asyncio.get_running_loop().time() + self.timeout + self.margin
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.cmd,
-            cwd=self.plugin_dir,
-            env=self.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with_parent,
-            limit=STREAM_LIMIT,
-        )
+        if self.spawner is not None:  # a fork of the warm interpreter, set up as a fresh process would be
+            self.proc = await self.spawner.spawn(self.cmd, self.plugin_dir, self.env)
+        else:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.cmd,
+                cwd=self.plugin_dir,
+                env=self.env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                preexec_fn=_die_with_parent,
+                limit=STREAM_LIMIT,
+            )
         self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
         if self.memory_limit or self.output_limit:
             self._readers.append(asyncio.create_task(self._watch_limits()))

@@ -34,12 +34,13 @@ import msgspec
 from nats.js import JetStreamContext
 
 from boxcar.hook_executor import documents, egress, responses
-from boxcar.hook_executor.binaries import BinaryClient, BinaryUnavailable
+from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable
 from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.egress import EgressPolicy, EgressProxy, chrome_proxy_args
 from boxcar.hook_executor.environment import HookEnvironment
 from boxcar.hook_executor.hooks import HookProcess
+from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, telemetry
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
@@ -79,6 +80,7 @@ class TaskExecutor:
         cancellations: Cancellations,
         discovered_store=None,
         egress: EgressProxy | None = None,
+        warm: WarmInterpreters | None = None,
     ) -> None:
         self.settings = settings
         self.js = js
@@ -88,6 +90,7 @@ class TaskExecutor:
         self.cancellations = cancellations
         self.discovered_store = discovered_store
         self.egress = egress
+        self.warm = warm
         self.policy = egress.policy if egress else EgressPolicy.from_settings(settings)
         self.tmp_root = settings.data_dir / "tmp" / settings.machine_name
         self.browser = (
@@ -282,6 +285,12 @@ class TaskRun:
             await self.x.publish_result(_result(task, hook, "skipped", str(exc)))
             log.warning("%s %s skipped: %s", task.snapshot_id, hook.name, exc)
             return
+        spawner = None
+        if self.x.warm is not None:
+            spawner = await self.x.warm.for_hook(hook)
+            stand_ins = await self.x.warm.binary_overrides(binary_env.values)
+            if stand_ins:
+                binary_env = BinaryEnv({**binary_env.values, **stand_ins}, binary_env.paths)
         hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
         args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
         proc = HookProcess(
@@ -291,6 +300,9 @@ class TaskRun:
             hook_env,
             env.timeout(hook),
             kill_grace=self.x.settings.hook_kill_grace,
+            memory_limit=env.memory_limit(hook),
+            output_limit=env.output_limit,
+            spawner=spawner,
         )
         with tracer.start_as_current_span(f"hook {hook.name}") as span:
             span.set_attribute("boxcar.plugin", hook.plugin)

@@ -21,7 +21,9 @@ from boxcar.hook_executor.binaries import BinaryClient
 from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.egress import EgressPolicy, EgressProxy
 from boxcar.hook_executor.task import TaskExecutor
+from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, telemetry
+from boxcar.shared.families import load_families
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import HookTask, TaskCompleted, decode
 from boxcar.shared.plugins import PluginCatalog, get_catalog
@@ -79,6 +81,10 @@ class HookExecutor:
         await self.cancellations.start()
         binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
         self.egress = self._egress_proxy(registry.parent / "egress" / self.worker_id)
+        self.warm = None
+        if self.settings.warm_hooks:
+            plugins = list(load_families().families[self.family].plugins)
+            self.warm = WarmInterpreters(registry.parent / "warm" / self.worker_id, self.catalog, plugins)
         self.executor = TaskExecutor(
             self.settings,
             js,
@@ -88,6 +94,7 @@ class HookExecutor:
             self.cancellations,
             await bus.discovered_store(js),
             self.egress,
+            self.warm,
         )
         self.js = js
         log.info("hook-executor %s ready (worker %s, concurrency %d)", self.family, self.worker_id, self.concurrency)
@@ -110,6 +117,8 @@ class HookExecutor:
             sweeper.cancel()
             if self.egress:
                 self.egress.stop()
+            if self.warm:
+                self.warm.stop()
             await self.cancellations.close()
             await self.executor.close()
             self.registration.remove()

@@ -100,8 +100,9 @@ def write_index(db: Database, data_dir: Path, snapshot_id: str) -> bool:
         if child.is_dir() and not any(child.iterdir()):
             child.rmdir()
     with db.write() as s:
-        # Only if no result arrived meanwhile (that one marked it stale again and will rewrite it).
-        if _results_version(s, snapshot_id) != seen:
+        # Only if no result arrived meanwhile (that one marked it stale again and will rewrite it),
+        # and only once every result of the plan is in (a late one rewrites the file anyway).
+        if _results_version(s, snapshot_id) != seen or seen[0] < snap.expected_results:
             return False
         s.execute(
             update(Snapshot)

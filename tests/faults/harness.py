@@ -185,7 +185,11 @@ def outcome(
         problems.append(f"URLs differ: {set(urls) ^ set(per_url)}")
     if data_dir is not None:
         problems += index_mismatches(db, data_dir, crawl_id)
-    lost = sum(len(hooks - {h for sid, h in per_key if sid == x.id}) for x in snaps)
+    missing = [(x.url, sorted(hooks - {h for sid, h in per_key if sid == x.id})) for x in snaps]
+    missing = [(url, names) for url, names in missing if names]
+    lost = sum(len(names) for _, names in missing)
+    if missing:
+        problems.append(f"results missing: {missing[:5]}")
     duplicated = sum(n - 1 for n in per_url.values()) + sum(n - 1 for n in per_key.values())
     recovery = None
     if restarted_at is not None:

@@ -9,9 +9,11 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from boxcar.cli.stack import free_port, wait_for_port
@@ -26,7 +28,7 @@ from tests.faults.harness import (
     stack_pids,
     wait_progress,
 )
-from tests.helpers import submit, wait_sealed
+from tests.helpers import submit, wait_sealed, wait_until
 
 FAMILIES = ["fetch", "extract", "parse", "index"]
 ENV = {"PLUGINS": ",".join(PLUGINS), "CRAWL_MAX_CONCURRENT_SNAPSHOTS": "4", "EXECUTOR_CONCURRENCY": "2"}
@@ -39,6 +41,13 @@ def nats(tmp_path):
     server.start()
     yield server
     server.stop()
+
+
+def api_up(stack) -> bool:
+    try:
+        return httpx.get(f"{stack.api_url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def kill(child) -> None:
@@ -60,6 +69,7 @@ def test_sigkill_of_a_service_mid_crawl(victim, pg_url, nats, make_stack, site_u
         kill(next(c for c in stack.children if c.name == victim))
         restarted = utcnow()
         assert victim in stack.supervise_once()
+        wait_until(lambda: api_up(stack), 60, f"{victim} back")
         wait_sealed(stack, crawl_id, timeout=600)
     assert_clean(
         outcome(
@@ -77,10 +87,10 @@ def test_the_whole_stack_killed_and_restarted(pg_url, nats, make_stack, site_url
         os.kill(child.proc.pid, signal.SIGKILL)
     for child in stack.children:
         child.proc.wait()
-    stack.children.clear()
+    stack.stop()  # everything is dead already: this only lets go of the data dir, as a dead process would
     restarted = utcnow()
+    again = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV, data_dir=stack.data_dir)
     with MemorySampler(lambda: stack_pids(again)) as memory:
-        again = make_stack(pg_url, nats.url, families=FAMILIES, env=ENV, data_dir=stack.data_dir)
         wait_sealed(again, crawl_id, timeout=600)
     assert_clean(
         outcome(
@@ -135,13 +145,20 @@ class PrivatePostgres:
         bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
         if not bins or shutil.which("runuser") is None:
             pytest.skip("no Postgres server binaries (postgresql package) to start a private cluster")
-        self.bin, self.dir, self.port = bins[-1], root / "pg", free_port()
-        self.dir.mkdir(parents=True)
+        # a directory the postgres user can reach (pytest's tmp dirs are root's own)
+        self.bin, self.dir, self.port = bins[-1], Path(tempfile.mkdtemp(prefix="boxcar-pg-")), free_port()
         shutil.chown(self.dir, "postgres", "postgres")
         self._as_postgres(str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres")
 
     def _as_postgres(self, *argv: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True)
+        # no pipes: the server pg_ctl starts would hold them open
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *argv],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
 
     @property
     def url(self) -> str:
@@ -149,11 +166,17 @@ class PrivatePostgres:
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-o", options, "-w", "start")
+        log = str(self.dir / "server.log")
+        self._as_postgres(
+            str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-o", options, "-l", log, "-w", "start"
+        )
         wait_for_port(self.port, 30)
 
     def stop(self) -> None:
         self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def test_postgres_down_for_30_seconds(nats, make_stack, site_urls, tmp_path):
@@ -186,6 +209,7 @@ def test_postgres_down_for_30_seconds(nats, make_stack, site_urls, tmp_path):
         db.dispose()
     finally:
         postgres.stop()
+        postgres.remove()
 
 
 def test_every_service_stops_within_its_grace_on_sigterm(pg_url, nats, make_stack, site_urls):

@@ -248,8 +248,11 @@ class Snapshot(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     #: the URL's userinfo sealed by ``boxcar.shared.secrets`` ("" when none); never plain text
     credentials: Mapped[str] = mapped_column(Text, default="")
-    #: when the result-projector last wrote ``index.jsonl`` (None: not yet)
+    #: when the result-projector last wrote a complete ``index.jsonl`` (None: not yet, or stale)
     indexed_at: Mapped[datetime | None]
+    #: results its plan ends with (one per hook), set when it is sealed: the index is complete
+    #: once the projector has that many
+    expected_results: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class SnapshotTask(Base):

@@ -99,7 +99,7 @@ def test_crawl_seals_only_without_open_snapshots_and_with_every_seed_in(db):
         assert s.get(Crawl, crawl_id).status == STARTED
     with db.write() as s:
         [snap] = q.claim_queued_snapshots(s, crawl_id, 1, now, timedelta(seconds=60), 3)
-        assert q.seal_snapshot(s, snap, now)
+        assert q.seal_snapshot(s, snap, now, 0)
         s.get(Crawl, crawl_id).seed_count = 2  # one seed not inserted yet
     with db.write() as s:
         assert not q.seal_crawl_if_done(s, crawl_id, now)

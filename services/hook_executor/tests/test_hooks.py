@@ -1,5 +1,7 @@
 """HookProcess against real subprocesses: the real wget hook on a local site, and small hook
-scripts that exercise each exit path of the protocol (skip, fail, timeout, background)."""
+scripts that exercise each exit path of the protocol (skip, fail, timeout, background). Every test
+runs twice: hooks started cold (a fresh interpreter) and warm (forked by the zygote), which must
+be indistinguishable."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from boxcar.hook_executor.hooks import HookProcess
+from boxcar.hook_executor.zygote import Zygote
 from boxcar.shared.messages import encode
 from boxcar.shared.plugins import Hook, get_catalog, parse_hook
 
@@ -21,6 +26,22 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+SPAWNER = None  # the zygote while a test runs warm
+
+
+@pytest.fixture(autouse=True, params=["cold", "warm"], scope="module")
+def mode(request, tmp_path_factory):
+    """Run the module's tests with hooks started cold, then warm."""
+    global SPAWNER
+    if request.param == "warm":
+        SPAWNER = Zygote(sys.executable, tmp_path_factory.mktemp("zygote") / "z.sock")
+        SPAWNER.start()
+    yield request.param
+    if SPAWNER is not None:
+        SPAWNER.stop()
+    SPAWNER = None
 
 
 def script_hook(tmp_path: Path, body: str, name: str = "on_Snapshot__10_probe.py") -> Hook:
@@ -42,6 +63,7 @@ def run(hook: Hook, tmp_path: Path, timeout: int = 10, url: str = "https://examp
             timeout,
             margin=0,
             kill_grace=1,
+            spawner=SPAWNER,
         )
         await proc.start()
         if hook.is_background:
@@ -182,7 +204,13 @@ def test_a_cancel_kills_the_hook_and_records_it_skipped(tmp_path):
 
     async def go() -> HookProcess:
         proc = HookProcess(
-            hook, [sys.executable, hook.path], tmp_path / "snap" / "probe", dict(os.environ), 60, kill_grace=1
+            hook,
+            [sys.executable, hook.path],
+            tmp_path / "snap" / "probe",
+            dict(os.environ),
+            60,
+            kill_grace=1,
+            spawner=SPAWNER,
         )
         cancelled = asyncio.Event()
         await proc.start()

@@ -1,0 +1,118 @@
+"""The warm interpreters of one executor (``WARM_HOOKS``): a fork server for its Python hooks, and
+one for each second Python a hook starts (trafilatura runs its extraction in the managed
+trafilatura venv's ``python -c``); Node hooks get a compile cache (``NODE_COMPILE_CACHE``).
+
+A second interpreter is reached through a stand-in: the hook finds its ``python`` beside the
+binary it was given (``Path(TRAFILATURA_BINARY).resolve().with_name("python")``), so the executor
+gives it ``<warm dir>/trafilatura/trafilatura`` and puts there a ``python`` that forwards to the
+warm trafilatura interpreter (``zygote.client_main``), which has trafilatura imported already.
+
+Anything that cannot be warmed (a zygote that does not start) falls back to a cold start: the
+hook runs the same either way, only slower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import stat
+import sys
+from pathlib import Path
+
+from boxcar.hook_executor import zygote
+from boxcar.hook_executor.zygote import HOOK_PRELOAD, Zygote
+from boxcar.shared.plugins import Hook, PluginCatalog
+
+log = logging.getLogger(__name__)
+
+#: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself, and what that Python imports.
+SECOND_INTERPRETERS: dict[str, tuple[str, ...]] = {
+    "TRAFILATURA_BINARY": ("json", "copy", "lxml.html", "trafilatura.core", "trafilatura.settings"),
+}
+
+
+class WarmInterpreters:
+    """Fork servers of one executor, started on first use.
+
+    Args:
+        root: a private directory for their sockets and stand-ins.
+        catalog, plugins: the plugins this executor runs (their config models are pre-built).
+    """
+
+    def __init__(self, root: Path, catalog: PluginCatalog, plugins: list[str]) -> None:
+        self.root = root
+        configs = tuple(
+            str(Path(catalog[p].path) / "config.json") for p in catalog.with_requirements(plugins) if p in catalog
+        )
+        self.hooks = Zygote(sys.executable, root / "hooks.sock", HOOK_PRELOAD, configs)
+        self.second: dict[str, Zygote] = {}
+        self._failed: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    async def for_hook(self, hook: Hook) -> Zygote | None:
+        """The fork server for ``hook`` (Python hooks), or None: start it cold."""
+        if hook.language != "python":
+            return None
+        return await self._ready("hooks", self.hooks)
+
+    async def _ready(self, name: str, server: Zygote) -> Zygote | None:
+        if name in self._failed:
+            return None
+        async with self._lock:
+            if not server.running():
+                try:
+                    await asyncio.to_thread(server.start)
+                except (OSError, RuntimeError) as exc:
+                    log.warning("warm interpreter %s unavailable (%s): starting hooks cold", name, exc)
+                    self._failed.add(name)
+                    return None
+        return server
+
+    async def binary_overrides(self, values: dict[str, str]) -> dict[str, str]:
+        """For each ``SECOND_INTERPRETERS`` binary among ``values`` (``{"TRAFILATURA_BINARY": path}``),
+        a stand-in path whose sibling ``python`` is the warm interpreter of that binary's venv."""
+        out = {}
+        for key, preload in SECOND_INTERPRETERS.items():
+            binary = values.get(key)
+            if not binary:
+                continue
+            python = Path(binary).resolve().with_name("python")
+            if not python.exists():
+                continue
+            name = key.removesuffix("_BINARY").lower()
+            server = self.second.get(name)
+            if server is None:
+                server = self.second[name] = Zygote(str(python), self.root / f"{name}.sock", preload)
+            if await self._ready(name, server) is None:
+                continue
+            out[key] = str(self._stand_in(name, Path(binary).name, server))
+        return out
+
+    def _stand_in(self, name: str, binary_name: str, server: Zygote) -> Path:
+        directory = self.root / name
+        directory.mkdir(parents=True, exist_ok=True)
+        binary = directory / binary_name
+        if not binary.exists():
+            binary.write_text("#!/bin/sh\necho 'a stand-in: only its sibling python is used' >&2\nexit 1\n")
+            binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+        python = directory / "python"
+        script = f'#!/bin/sh\nexec "{sys.executable}" -I "{zygote.__file__}" --client "{server.socket_path}" "$@"\n'
+        if not python.exists() or python.read_text() != script:
+            python.write_text(script)
+            python.chmod(0o700)
+        return binary
+
+    def stop(self) -> None:
+        for server in [self.hooks, *self.second.values()]:
+            server.stop()
+
+
+def node_compile_cache(lib_dir: Path) -> dict[str, str]:
+    """Node's on-disk compile cache for the Node hooks (Node ≥ 22): their modules are compiled
+    once per machine, not once per hook."""
+    cache = lib_dir / "node-compile-cache"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return {}
+    return {"NODE_COMPILE_CACHE": str(cache)}

@@ -1,0 +1,407 @@
+"""Warm Python for hooks: a fork server (zygote) that has imported what hooks import, and forks a
+child per hook instead of starting an interpreter.
+
+Most of a Python hook's CPU is not its work but its start: an interpreter, then pydantic and
+abx-plugins' config machinery, again for every hook of every snapshot (0.15–0.2 CPU-s each,
+against ~0.02 for the work of a hashes or htmltotext run). The zygote pays that once. Each
+request (over a Unix socket) carries argv, environment and working dir, and the three standard
+streams as file descriptors (``SCM_RIGHTS``); the zygote forks, and the child makes itself what a
+fresh process would be — its own session and process group, death with its parent
+(``PR_SET_PDEATHSIG``), the streams on 0/1/2, the cwd, exactly the given environment,
+``sys.argv`` — then runs the hook file as ``__main__`` (or ``-c CODE``). The zygote answers with the
+child's pid, then its exit status (``-N`` for a signal, as ``subprocess`` reports it). If the
+client goes away first, the zygote kills the child's group: a hook never outlives whoever asked
+for it.
+
+``WarmProcess`` is the client side, shaped like ``asyncio.subprocess.Process`` (``pid``,
+``returncode``, ``stdout``/``stderr`` readers, ``wait()``), so ``HookProcess`` runs a hook the same
+way warm or cold, and kills it the same way (``killpg``). ``python -m boxcar.hook_executor.zygote
+--client SOCKET -c CODE …`` is a stand-in interpreter for hooks that start a second Python
+(trafilatura's worker): it forwards its own streams and arguments and exits with the child's
+status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import importlib
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+#: What every Python hook imports: loaded once by the zygote.
+HOOK_PRELOAD = (
+    "argparse",
+    "json",
+    "subprocess",
+    "pydantic",
+    "pydantic.fields",
+    "pydantic.main",
+    "abx_plugins.plugins.base.utils",
+    "click",
+)
+
+
+# ----------------------------------------------------------------------------- wire format
+
+
+def _send(sock: socket.socket, obj: dict) -> None:
+    data = json.dumps(obj).encode()
+    sock.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("zygote connection closed")
+        buf += chunk
+    return buf
+
+
+def _recv(sock: socket.socket) -> dict:
+    (size,) = struct.unpack("!I", _recv_exact(sock, 4))
+    return json.loads(_recv_exact(sock, size))
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+class ZygoteServer:
+    """The fork server: ``preload`` modules, then serve ``spawn`` requests on ``path``."""
+
+    def __init__(self, path: str, preload: tuple[str, ...], configs: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self.preload = preload
+        self.configs = configs
+        self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+        self.selector = selectors.DefaultSelector()
+
+    def warm(self) -> None:
+        """Import ``preload`` and build each plugin's config model (abx-plugins caches it by
+        schema): what every hook would otherwise do first. Nothing is *resolved* here — values
+        come from each hook's own environment, after the fork."""
+        for name in self.preload:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # a module this interpreter lacks: the hooks import it themselves
+                log.debug("zygote could not preload %s: %s", name, exc)
+        if self.configs:
+            try:
+                from abx_plugins.plugins.base.utils import load_config
+            except ImportError:
+                return
+            for path in self.configs:
+                with contextlib.suppress(BaseException):
+                    load_config(path, environ={}, hydrate_binaries=False, hydrate_user_agent=False)
+
+    def serve(self) -> None:
+        self.warm()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        os.chmod(self.path, 0o600)
+        listener.listen(64)
+        self.listener = listener
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        self.selector.register(listener, selectors.EVENT_READ, "accept")
+        self.selector.register(wake_r, selectors.EVENT_READ, "wake")
+        print("ready", flush=True)  # the executor waits for this line
+        while True:
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "wake":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 512)
+                else:  # a client connection: readable means it went away (clients send nothing more)
+                    self._client_gone(key.data)
+            self._reap()
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            request = json.loads(message)
+        except (OSError, ValueError) as exc:
+            log.warning("zygote: bad request: %s", exc)
+            conn.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            self._child(conn, request, fds)  # never returns
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = conn
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+        with contextlib.suppress(OSError):
+            _send(conn, {"pid": pid})
+
+    def _child(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        code = 1
+        try:
+            os.setsid()
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            for fd in fds:
+                if fd > 2:
+                    os.close(fd)
+            self.listener.close()
+            for other in self.children.values():
+                other.close()
+            conn.close()
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            argv = request["argv"]
+            code = _run(argv)
+        except SystemExit as done:
+            code = _exit_code(done)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+    def _client_gone(self, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        conn = self.children.get(pid)
+        if conn is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(conn)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            with contextlib.suppress(OSError):
+                _send(conn, {"exit": code})
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(conn)
+            conn.close()
+
+
+def _exit_code(done: SystemExit) -> int:
+    if done.code is None:
+        return 0
+    if isinstance(done.code, int):
+        return done.code
+    print(done.code, file=sys.stderr)
+    return 1
+
+
+def _run(argv: list[str]) -> int:
+    """Run ``argv`` (``[python, script, args…]`` or ``[python, -c, code, args…]``) as ``__main__``."""
+    import runpy
+
+    if len(argv) >= 3 and argv[1] == "-c":
+        sys.argv = ["-c", *argv[3:]]
+        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        exec(compile(argv[2], "<string>", "exec"), namespace)  # noqa: S102 - the hook's own code
+        return 0
+    script = argv[1]
+    sys.argv = [script, *argv[2:]]
+    sys.path[0] = str(Path(script).resolve().parent)
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+# ----------------------------------------------------------------------------- the client
+
+
+class Zygote:
+    """A running fork server the executor owns (a child process that dies with it).
+
+    Args:
+        python: the interpreter it runs with (the hooks' ``sys.executable``, or another venv's).
+        socket_path: where it listens.
+        preload: modules to import once.
+    """
+
+    def __init__(
+        self, python: str, socket_path: Path, preload: tuple[str, ...] = HOOK_PRELOAD, configs: tuple[str, ...] = ()
+    ) -> None:
+        self.python = python
+        self.socket_path = socket_path
+        self.preload = preload
+        self.configs = configs
+        self.proc = None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        """Start it and wait until it has preloaded (raises RuntimeError if it does not come up)."""
+        import subprocess
+
+        from boxcar.shared.procutil import die_with_parent
+
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        # this file by path: it needs nothing but the standard library, so any venv's Python runs it
+        argv = [
+            self.python,
+            "-I",
+            __file__,
+            "--serve",
+            str(self.socket_path),
+            ",".join(self.preload),
+            os.pathsep.join(self.configs),
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env or os.environ.copy(),
+            preexec_fn=die_with_parent(signal.SIGKILL),
+        )
+        line = self.proc.stdout.readline()
+        if line.strip() != b"ready":
+            self.stop()
+            raise RuntimeError(f"the warm interpreter {self.python} did not start")
+
+    def ensure(self) -> None:
+        if not self.running():
+            self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(Exception):
+                self.proc.wait(5)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+
+    async def spawn(self, argv: list[str], cwd: Path, env: dict[str, str]) -> WarmProcess:
+        """A hook process forked by the zygote, its stdout/stderr readable like a subprocess'.
+
+        Raises:
+            OSError: the zygote cannot be reached.
+        """
+        loop = asyncio.get_running_loop()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+        try:
+            conn, pid = await asyncio.to_thread(self._request, request, [null, out_w, err_w])
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        process = WarmProcess(pid, conn)
+        process.stdout = await _reader(loop, out_r)
+        process.stderr = await _reader(loop, err_r)
+        process._watch = asyncio.create_task(process._await_exit())
+        return process
+
+    def _request(self, request: bytes, fds: list[int]) -> tuple[socket.socket, int]:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(str(self.socket_path))
+        socket.send_fds(conn, [request], fds)
+        return conn, int(_recv(conn)["pid"])
+
+
+async def _reader(loop, fd: int, limit: int = 16 * 1024 * 1024) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    await loop.connect_read_pipe(lambda: protocol, os.fdopen(fd, "rb", 0))
+    return reader
+
+
+class WarmProcess:
+    """A process the zygote forked, shaped like ``asyncio.subprocess.Process``."""
+
+    def __init__(self, pid: int, conn: socket.socket) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self._conn = conn
+        self._exited = asyncio.Event()
+        self._watch: asyncio.Task | None = None
+
+    async def _await_exit(self) -> None:
+        try:
+            message = await asyncio.to_thread(_recv, self._conn)
+            self.returncode = int(message["exit"])
+        except (ConnectionError, OSError, ValueError, KeyError):
+            self.returncode = -signal.SIGKILL  # the zygote died: so did the child (PDEATHSIG)
+        finally:
+            self._conn.close()
+            self._exited.set()
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        return self.returncode
+
+
+# ----------------------------------------------------------------------------- a stand-in python
+
+
+def client_main(argv: list[str] | None = None) -> int:
+    """``python -m boxcar.hook_executor.zygote --client SOCKET ARGS…``: run ARGS (``-c CODE …`` or
+    ``script …``) in the zygote at SOCKET with this process's streams, cwd and environment;
+    returns the child's exit status. Killed, it takes the child with it (the zygote sees the
+    connection close)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--client", required=True)
+    known, rest = parser.parse_known_args(argv)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(known.client)
+    request = json.dumps({"argv": [sys.executable, *rest], "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    socket.send_fds(conn, [request], [0, 1, 2])
+    _recv(conn)  # the pid
+    code = int(_recv(conn)["exit"])
+    return code if code >= 0 else 128 - code
+
+
+def serve_main(argv: list[str]) -> None:
+    """``python zygote.py --serve SOCKET MODULE,MODULE…``: run a fork server."""
+    socket_path, preload = argv[0], argv[1] if len(argv) > 1 else ""
+    configs = argv[2] if len(argv) > 2 else ""
+    ZygoteServer(
+        socket_path, tuple(p for p in preload.split(",") if p), tuple(c for c in configs.split(os.pathsep) if c)
+    ).serve()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        serve_main(sys.argv[2:])
+    else:
+        sys.exit(client_main())
