@@ -6,7 +6,7 @@ writes documents as results arrive (``index_documents``); ingest removes them wh
 snapshot (``remove_documents``; the foreign key cascades too); ``search`` ranks matches and
 returns highlighted snippets.
 
-Storage (created by migration 0004 with raw DDL, outside the ORM models):
+Storage (created by migration 0005 with raw DDL, outside the ORM models):
 
 - both: ``search_document(snapshot_id PK → snapshot ON DELETE CASCADE, title, url, tags, body,
   updated_at)``;
@@ -34,7 +34,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 MAX_BODY_CHARS = 100_000
-#: tables of the search index (migration 0004), not ORM models: schema comparisons skip them
+#: tables of the search index (migration 0005), not ORM models: schema comparisons skip them
 TABLES = ("search_document", "search_fts")
 _MARK_START, _MARK_END = "\x02", "\x03"
 

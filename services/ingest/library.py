@@ -12,7 +12,7 @@ a status transition, so it is not the crawl-runner's):
   a runner claiming it at the same moment wins or loses cleanly.
 
 The list is newest first with keyset pagination on ``(created_at, id)``: a page costs the same at
-row 100,000 as at row 1, and every filter has an index (migration 0004).
+row 100,000 as at row 1, and every filter has an index (migration 0005).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """web UI: accounts and sessions, list-page indexes, snapshot domain, full-text search
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-30 15:20:00
 
 - ``app_user`` (Argon2id password hashes) and ``user_session`` (sha256 of the cookie's token).
@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
