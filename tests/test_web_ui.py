@@ -303,3 +303,22 @@ def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(brow
     assert any(c["name"] == "boxcar_session" for c in context.cookies())  # though the browser holds one
     shot(tab, "10-sandboxed-scripts")
     context.close()
+
+
+def test_status_says_which_services_are_alive(stack):
+    import json
+
+    from click.testing import CliRunner
+
+    from boxcar.cli.main import cli
+    from tests.helpers import api
+
+    def alive():
+        state = api(stack).get("/api/v1/status").json()
+        return state if all(state["services"].values()) else None
+
+    state = wait_until(alive, 20, "every service to be seen alive")
+    assert set(state["services"]) == {"ingest", "nats", "crawl-runner", "result-projector"}
+    assert state["disk_used_bytes"] > 0
+    out = CliRunner().invoke(cli, ["status", "--json", "--api", stack.api_url, "--token", stack.token])
+    assert out.exit_code == 0 and json.loads(out.output)["services"]["result-projector"] is True
