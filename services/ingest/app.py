@@ -231,9 +231,7 @@ def create_archive_app(settings: Settings, db: Database) -> Litestar:
             InterfaceError: database_unavailable,
             HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
         },
-        state=State(
-            {"db": db, "public_reads": settings.public_reads, "settings": settings, "is_archive_origin": True}
-        ),
+        state=State({"db": db, "public_reads": settings.public_reads, "settings": settings, "is_archive_origin": True}),
         dependencies={
             "library": Provide(lambda: library, sync_to_thread=False),
             "archive_files": Provide(lambda: archive_files, sync_to_thread=False),
