@@ -44,6 +44,7 @@ lint: install
 
 bench: install
 	$(PY) bench/bench_pipeline.py
+	$(PY) bench/bench_ui_list.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -145,7 +145,8 @@ def up(data_dir: str | None, port: int | None) -> None:
         stack.start()
     except StackError as exc:
         fail(str(exc))
-    err.print(f"[bold green]Boxcar is up[/]  API {stack.api_url}  (OpenAPI {stack.api_url}/schema)")
+    err.print(f"[bold green]Boxcar is up[/]  web UI and API {stack.api_url}  (OpenAPI {stack.api_url}/schema)")
+    err.print(f"archive origin (replay) http://127.0.0.1:{stack.archive_port}; log in as `boxcar user create` made")
     err.print(f"data {settings.data_dir}  NATS {stack.nats_url}  executors: {', '.join(stack.families)}")
     err.print("[dim]boxcar add URL… submits here; Ctrl-C stops everything[/]")
     try:
@@ -422,9 +423,13 @@ def status_cmd(data_dir, api, token, as_json) -> None:
     gib = 1024**3
     err.print(
         f"crawls {state['crawls']}\nsnapshots {state['snapshots']}\n"
-        f"archive {state['archive_bytes'] / gib:.2f} GiB, "
+        f"archive {state['archive_bytes'] / gib:.2f} GiB, disk {state.get('disk_used_bytes', 0) / gib:.1f} GiB used, "
         f"{state['disk_free_bytes'] / gib:.1f} GiB free in {state['data_dir']}"
     )
+    services = state.get("services") or {}
+    if services:
+        alive = {True: "[green]alive[/]", False: "[red]DOWN[/]"}
+        err.print("services " + "  ".join(f"{name} {alive[up]}" for name, up in services.items()))
     table = Table("family", "pending", "in progress", "idle executors", "alive")
     for name, fam in state["families"].items():
         alive = "[green]yes[/]" if fam["alive"] else ("[red]NO[/]" if fam["pending"] else "no")
@@ -598,6 +603,143 @@ def install_cmd(data_dir, families, allow_apt, as_json) -> None:
         for row in report.rows:
             if row.status == "disabled":
                 console.print(f"[dim]disabled[/] [bold]{row.plugin}[/]: {row.where}", soft_wrap=True)
+    from boxcar.ingest import replay
+
+    try:
+        err.print(f"WARC replay viewer (ReplayWeb.page {replay.VERSION}): {replay.provision(settings)}")
+    except (RuntimeError, OSError) as exc:  # replay is optional: the rest of the archive works without it
+        err.print(f"[yellow]WARC replay unavailable:[/] {exc}")
     if not report.ok:
         fail(f"these enabled plugins cannot run: {', '.join(report.unrunnable)} (see the table)", 1)
     err.print("[green]every enabled plugin has what it needs[/]")
+
+
+# ----------------------------------------------------------------------------- web UI, search, removal (issue 10)
+
+
+def _database(settings: Settings, *, must_exist: bool = True):
+    from boxcar.shared.db import Database
+
+    if must_exist and not settings.database_url and not (settings.data_dir / "index.sqlite3").exists():
+        fail(f"no archive in {settings.data_dir} (set DATA_DIR or DATABASE_URL)")
+    db = Database(settings.sqlalchemy_url)
+    db.upgrade()
+    return db
+
+
+@cli.group()
+def user() -> None:
+    """Accounts of the web UI (passwords stored as Argon2id hashes)."""
+
+
+@user.command("create")
+@common_options
+@click.argument("name")
+@click.password_option(help="Prompted (twice) when not given; or set BOXCAR_PASSWORD", envvar="BOXCAR_PASSWORD")
+def user_create(data_dir, name, password) -> None:
+    """Create a user who can log in to the web UI."""
+    from boxcar.ingest.accounts import AccountError, create_user
+
+    try:
+        create_user(_database(_settings(data_dir), must_exist=False), name, password)
+    except AccountError as exc:
+        fail(str(exc), 2)
+    err.print(f"user {name} created: log in at /login")
+
+
+@user.command("password")
+@common_options
+@click.argument("name")
+@click.password_option(envvar="BOXCAR_PASSWORD")
+def user_password(data_dir, name, password) -> None:
+    """Set a user's password (their sessions end)."""
+    from boxcar.ingest.accounts import AccountError, set_password
+
+    try:
+        if not set_password(_database(_settings(data_dir)), name, password):
+            fail(f"no user {name}", 2)
+    except AccountError as exc:
+        fail(str(exc), 2)
+    err.print(f"password of {name} changed")
+
+
+@cli.command("search")
+@common_options
+@click.argument("query", nargs=-1, required=True)
+@click.option("--tag", default="", help="Only snapshots with this tag")
+@click.option("--limit", default=20, type=click.IntRange(1, 1000))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per match")
+def search_cmd(data_dir, query, tag, limit, as_json) -> None:
+    """Full-text search of titles, URLs, tags and page text: words, "a phrase", -excluded, a or b."""
+    from boxcar.ingest.library import SnapshotLibrary
+    from boxcar.shared.search import SearchHit
+
+    settings = _settings(data_dir)
+    rows = SnapshotLibrary(_database(settings), settings.data_dir).search(" ".join(query), tag, limit)
+    for row in rows:
+        snippet = SearchHit(row.id, 0.0, row.snippet_html).snippet
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "id": row.id,
+                        "url": row.url,
+                        "title": row.title,
+                        "tags": row.tags,
+                        "status": row.status,
+                        "created_at": row.created_at.isoformat(),
+                        "snippet": snippet,
+                    }
+                )
+            )
+        else:
+            err.print(f"[bold]{row.title or row.url}[/]  [dim]{row.id}[/]\n  {row.url}\n  [dim]{snippet[:200]}[/]")
+    if not rows and not as_json:
+        err.print("no matches")
+
+
+@cli.command("remove")
+@common_options
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--yes", is_flag=True, help="Do not ask")
+def remove_cmd(data_dir, targets, yes) -> None:
+    """Delete snapshots (by id, or every snapshot of a URL): their rows and their files."""
+    from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
+
+    settings = _settings(data_dir)
+    library = SnapshotLibrary(_database(settings), settings.data_dir)
+    ids: list[str] = []
+    for target in targets:
+        found = library.find(target)
+        if not found:
+            fail(f"no snapshot matches {target}", 2)
+        ids += [i for i in found if i not in ids]
+    if not yes:
+        for sid in ids:
+            detail = library.detail(sid)
+            err.print(f"  {sid}  {detail.snapshot.url if detail else ''}")
+        if not click.confirm(f"delete {len(ids)} snapshot(s) and their files?", err=True):
+            fail("nothing deleted", 1)
+    busy = 0
+    for sid in ids:
+        try:
+            library.delete(sid)
+        except SnapshotBusy as exc:
+            busy += 1
+            err.print(f"[yellow]{exc}[/]")
+    err.print(f"deleted {len(ids) - busy} snapshot(s)")
+    if busy:
+        sys.exit(1)
+
+
+@cli.command("reindex")
+@common_options
+def reindex_cmd(data_dir) -> None:
+    """Rebuild the full-text search index from the archive's rows and files."""
+    from boxcar.result_projector.fulltext import reindex
+
+    settings = _settings(data_dir)
+    db = _database(settings)
+    with err.status("indexing …") as status:
+        count = reindex(db, settings.data_dir, progress=lambda done, total: status.update(f"indexing {done}/{total}"))
+    err.print(f"indexed {count} snapshot(s)")

@@ -136,6 +136,8 @@ class EmbeddedStack:
         self.settings = settings
         self.data_dir = settings.data_dir
         self.api_port = api_port or free_port()
+        # the archive origin (archived files with scripts, WARC replay): never Boxcar's own origin
+        self.archive_port = settings.archive_port or free_port()
         self.families = families or settings.embedded_families or families_for(settings.plugins)
         self.use_external_nats = use_external_nats
         self.shape = shape or settings.embedded_shape
@@ -235,6 +237,7 @@ class EmbeddedStack:
                 "NATS_URL": self.nats_url,
                 "API_HOST": "127.0.0.1",
                 "API_PORT": str(self.api_port),
+                "ARCHIVE_PORT": str(self.archive_port),
                 "DATABASE_URL": self.settings.database_url,
                 "PYTHONUNBUFFERED": "1",
             }

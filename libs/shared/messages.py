@@ -24,6 +24,8 @@ subject                          publisher         message
 ``crawl.queued`` (core, wake-up) ingest            ``CrawlQueued``
 ``control.crawl.<id>``           ingest            ``CrawlControl``
 ``control.schedule.<id>``        ingest            ``ScheduleControl``
+``events.tags.changed``          ingest            ``TagsChanged`` (a user edited tags: the
+                                                   projector re-indexes those snapshots)
 ===============================  ================  =========================================
 """
 
@@ -406,6 +408,17 @@ class ScheduleControl(msgspec.Struct, kw_only=True):
     v: int = 1
     schedule_id: str
     action: Literal["poll", "pause", "resume"]
+
+
+SUBJECT_TAGS_CHANGED = "events.tags.changed"
+
+
+class TagsChanged(msgspec.Struct, kw_only=True):
+    """A user changed these snapshots' tags (``events.tags.changed``): their ``index.jsonl`` and
+    search documents are projected again."""
+
+    v: int = 1
+    snapshot_ids: list[str]
 
 
 def encode(msg: msgspec.Struct) -> bytes:

@@ -164,7 +164,32 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1", description="Address ingest listens on")
     api_port: int = Field(default=8000, description="Port ingest listens on")
     max_request_body: int = Field(default=64 * 1024 * 1024, description="Bytes accepted in one request (413 above)")
-    public_reads: bool = Field(default=False, description="Serve GET endpoints without a token (true/false)")
+    public_reads: bool = Field(
+        default=False,
+        description="Serve GET endpoints, the snapshot list and snapshot pages without a token or login (true/false)",
+    )
+
+    # --- the web UI
+    session_max_age: int = Field(
+        default=14 * 24 * 3600, ge=60, description="Seconds a login session lasts after its last use"
+    )
+    archive_security_mode: Literal["no-scripts", "sandboxed-scripts", "separate-origin"] = Field(
+        default="no-scripts",
+        description="How archived pages are served (ArchiveBox's SERVER_SECURITY_MODE idea): no-scripts (a "
+        "sandbox, scripts never run), sandboxed-scripts (scripts run in a sandbox with an opaque origin, no "
+        "cookies or storage), separate-origin (only at ARCHIVE_ORIGIN, scripts allowed there)",
+    )
+    archive_port: int = Field(
+        default=0,
+        ge=0,
+        description="Port where ingest also serves archived files and WARC replay on their own origin "
+        "(0 = none: no replay unless ARCHIVE_ORIGIN points at one)",
+    )
+    archive_origin: str = Field(
+        default="",
+        description="Public URL of that origin, e.g. https://archive.example.lan (default: the API's host "
+        "name on ARCHIVE_PORT)",
+    )
 
     machine_name: str = Field(
         default_factory=socket.gethostname, description="This machine's name (default the hostname)"

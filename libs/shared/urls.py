@@ -212,3 +212,13 @@ class UrlFilter:
         if self.allow and not any(match(host, url) for match in self.allow):
             return "not in URL_ALLOWLIST"
         return None
+
+
+def url_domain(url: str) -> str:
+    """A URL's host name in lower case (no port), "" when it has none: ``Snapshot.domain``."""
+    from urllib.parse import urlsplit
+
+    try:
+        return (urlsplit(url).hostname or "")[:255]
+    except ValueError:
+        return ""

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio.to_thread
 from litestar import Litestar, Request, Response, get
-from litestar.datastructures import State
+from litestar.config.csrf import CSRFConfig
+from litestar.datastructures import ResponseHeader, State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi import OpenAPIConfig
+from litestar.plugins.htmx import HTMXPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.static_files import create_static_files_router
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.template.config import TemplateConfig
 from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
+from boxcar.ingest.accounts import LoginRequired
+from boxcar.ingest.archive import ArchiveFiles
+from boxcar.ingest.archive_pages import ArchiveFilesController, ReplayController
 from boxcar.ingest.auth import require_read_access
 from boxcar.ingest.controllers import (
     SECURITY,
@@ -24,19 +34,23 @@ from boxcar.ingest.controllers import (
     CrawlController,
     FeedController,
     ImportController,
+    SearchController,
     SnapshotController,
 )
 from boxcar.ingest.feeds import FeedService
+from boxcar.ingest.library import SnapshotLibrary
+from boxcar.ingest.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.ingest.services import CrawlService
 from boxcar.ingest.signals import Signals
 from boxcar.ingest.status import StackStatus, stack_status
-from boxcar.shared import bus, telemetry
+from boxcar.shared import bus, secrets, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
 from boxcar.shared.plugins import get_catalog
 from boxcar.shared.settings import Settings, get_settings
 
 log = logging.getLogger("boxcar.ingest")
+HERE = Path(__file__).resolve().parent
 
 
 @get("/healthz", operation_id="Health", tags=["health"])
@@ -102,6 +116,8 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     service = CrawlService(db, settings, get_catalog(), families)
     feeds = FeedService(service)
     signals = Signals()
+    library = SnapshotLibrary(db, settings.data_dir)
+    archive_files = ArchiveFiles(db, settings)
 
     async def connect_nats(app: Litestar) -> None:
         # In the background: the API serves (and runners poll the database) while NATS is away.
@@ -136,23 +152,52 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             CrawlController,
             CrawlControlController,
             SnapshotController,
+            SearchController,
             ImportController,
             FeedController,
             health,
             status,
+            SnapshotPages,
+            CrawlPages,
+            AddPage,
+            FeedPages,
+            AccountPages,
+            ArchiveFilesController,
+            create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
         ],
         exception_handlers={
             RequestEntityTooLarge: too_large,
             OperationalError: database_unavailable,
             InterfaceError: database_unavailable,
+            LoginRequired: login_redirect,
             HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
         },
-        state=State({"db": db, "public_reads": settings.public_reads, "settings": settings, "families": families}),
+        state=State(
+            {
+                "db": db,
+                "public_reads": settings.public_reads,
+                "settings": settings,
+                "families": families,
+                "is_archive_origin": False,
+            }
+        ),
         dependencies={
             "crawl_service": Provide(lambda: service, sync_to_thread=False),
             "feed_service": Provide(lambda: feeds, sync_to_thread=False),
             "signals": Provide(lambda: signals, sync_to_thread=False),
+            "library": Provide(lambda: library, sync_to_thread=False),
+            "archive_files": Provide(lambda: archive_files, sync_to_thread=False),
         },
+        template_config=TEMPLATES,
+        plugins=[HTMXPlugin()],
+        # no page of Boxcar's may be framed (an archived page can't overlay its buttons: clickjacking)
+        response_headers=[ResponseHeader(name="X-Frame-Options", value="DENY")],
+        csrf_config=CSRFConfig(
+            secret=csrf_secret(settings),
+            cookie_httponly=True,  # the token reaches pages in their HTML, never through document.cookie
+            cookie_samesite="lax",
+            exclude=["^/api/", "^/healthz", "^/schema"],  # API calls carry a token, not a cookie
+        ),
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="Boxcar",
@@ -161,4 +206,36 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             description="Self-hosted web archiver: queue URLs, follow crawls.",
         ),
         request_max_body_size=settings.max_request_body,
+    )
+
+
+TEMPLATES = TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine)
+
+
+def csrf_secret(settings: Settings) -> str:
+    """The key signing CSRF tokens, derived from ``SECRET_KEY`` (so every ingest replica agrees)."""
+    material = secrets.key_material(settings.data_dir, settings.secret_key)
+    return hashlib.sha256(b"boxcar csrf\0" + material.encode()).hexdigest()
+
+
+def create_archive_app(settings: Settings, db: Database) -> Litestar:
+    """The archive origin (``ARCHIVE_PORT``): archived files and WARC replay only, no UI or API,
+    so archived scripts running there never run with Boxcar's origin. Logins come from the main
+    origin's session cookie (same host, another port)."""
+    library = SnapshotLibrary(db, settings.data_dir)
+    archive_files = ArchiveFiles(db, settings)
+    return Litestar(
+        route_handlers=[ArchiveFilesController, ReplayController],
+        exception_handlers={
+            OperationalError: database_unavailable,
+            InterfaceError: database_unavailable,
+            HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
+        },
+        state=State({"db": db, "public_reads": settings.public_reads, "settings": settings, "is_archive_origin": True}),
+        dependencies={
+            "library": Provide(lambda: library, sync_to_thread=False),
+            "archive_files": Provide(lambda: archive_files, sync_to_thread=False),
+        },
+        template_config=TEMPLATES,
+        openapi_config=None,
     )

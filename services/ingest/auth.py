@@ -68,6 +68,22 @@ def token_scope(db: Database, token: str) -> str | None:
     return row.scope if valid else None
 
 
+def list_tokens(db: Database) -> list[ApiToken]:
+    """Every API token (its hash and prefix, never the token), newest first."""
+    with db.read() as s:
+        return list(s.scalars(select(ApiToken).order_by(ApiToken.created_at.desc())))
+
+
+def revoke_token(db: Database, token_id: str) -> bool:
+    """Revoke a token at once (its next request gets a 401); False when there is no such token."""
+    with db.write() as s:
+        row = s.get(ApiToken, token_id)
+        if row is None:
+            return False
+        row.revoked = True
+    return True
+
+
 def token_is_valid(db: Database, token: str) -> bool:
     """True for a known, unrevoked, unexpired token of any scope."""
     return token_scope(db, token) is not None

@@ -16,12 +16,14 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 from litestar.status_codes import (
     HTTP_201_CREATED,
     HTTP_202_ACCEPTED,
+    HTTP_409_CONFLICT,
     HTTP_422_UNPROCESSABLE_ENTITY,
     HTTP_503_SERVICE_UNAVAILABLE,
 )
 
 from boxcar.ingest.auth import require_read_access, require_token
 from boxcar.ingest.feeds import FeedService
+from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
 from boxcar.ingest.schemas import (
     ControlAccepted,
     CrawlCreate,
@@ -32,6 +34,8 @@ from boxcar.ingest.schemas import (
     FeedUpdate,
     ImportCounts,
     ImportCreated,
+    SearchHitOut,
+    SearchPage,
     SnapshotPage,
 )
 from boxcar.ingest.services import CrawlService, InputError
@@ -113,6 +117,73 @@ class SnapshotController(Controller):
     ) -> SnapshotPage:
         """Snapshots, oldest first, each with its ArchiveResults and tags."""
         return crawl_service.list_snapshots(crawl_id, limit, offset)
+
+    @delete(
+        "/{snapshot_id:str}",
+        operation_id="DeleteSnapshot",
+        guards=[require_token],
+        security=SECURITY,
+        sync_to_thread=True,
+    )
+    def delete_snapshot(self, snapshot_id: ObjectId, library: NamedDependency[SnapshotLibrary]) -> None:
+        """Delete a snapshot: its rows (results, processes, tag links, search entry) and its files.
+
+        Returns:
+            204; 404 when there is no such snapshot; 409 while it is being captured (``started``).
+        """
+        try:
+            found = library.delete(snapshot_id)
+        except SnapshotBusy as exc:
+            raise HTTPException(status_code=HTTP_409_CONFLICT, detail=str(exc)) from None
+        if not found:
+            raise NotFoundException(f"no snapshot {snapshot_id}")
+
+
+class SearchController(Controller):
+    path = "/api/v1/search"
+    tags = ["search"]
+
+    @get("/", operation_id="Search", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
+    def search(
+        self,
+        library: NamedDependency[SnapshotLibrary],
+        q: Annotated[str, QueryParameter(min_length=1, max_length=1000, description="web-search syntax")],
+        tag: Annotated[str | None, QueryParameter(max_length=100, description="only snapshots with this tag")] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=200)] = 20,
+        offset: Annotated[int, QueryParameter(ge=0, le=10_000)] = 0,
+    ) -> SearchPage:
+        """Full-text search over titles, URLs, tags and the pages' readable text, best match first.
+
+        Args:
+            q: words (all must match), ``"a phrase"``, ``-excluded``, ``this or that``.
+
+        Returns:
+            The matches with a snippet of text around the matched words.
+        """
+        rows = library.search(q, tag or "", limit, offset)
+        return SearchPage(
+            query=q,
+            items=[
+                SearchHitOut(
+                    id=r.id,
+                    url=r.url,
+                    title=r.title,
+                    domain=r.domain,
+                    status=r.status,
+                    created_at=r.created_at,
+                    tags=r.tags,
+                    snippet=_plain(r.snippet_html),
+                    snippet_html=r.snippet_html,
+                )
+                for r in rows
+            ],
+        )
+
+
+def _plain(snippet_html: str) -> str:
+    import html
+
+    return html.unescape(snippet_html.replace("<mark>", "").replace("</mark>", ""))
 
 
 @dataclass

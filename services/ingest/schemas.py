@@ -170,3 +170,23 @@ class ControlAccepted(msgspec.Struct):
     id: str
     action: str
     status: str = "requested"
+
+
+class SearchHitOut(msgspec.Struct):
+    """One search match: the snapshot and the text around the matched words (``snippet``, plain;
+    ``snippet_html``: escaped, matched words in ``<mark>``)."""
+
+    id: str
+    url: str
+    title: str
+    domain: str
+    status: str
+    created_at: datetime
+    tags: list[str]
+    snippet: str
+    snippet_html: str
+
+
+class SearchPage(msgspec.Struct):
+    query: str
+    items: list[SearchHitOut]

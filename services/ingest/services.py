@@ -97,6 +97,14 @@ class CrawlService:
             raise InputError("plugins", f"no executor family runs {', '.join(unrunnable)}")
         return names
 
+    def selectable_plugins(self) -> list[str]:
+        """Plugins a crawl may name: those with snapshot hooks that some executor family runs."""
+        return sorted(
+            name
+            for name, plugin in self.catalog.plugins.items()
+            if plugin.snapshot_hooks() and self.families.family_of(name) is not None
+        )
+
     def crawl_config(self, overrides: dict) -> CrawlConfig:
         """The crawl's settings (environment, then ``overrides``), validated.
 

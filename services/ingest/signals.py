@@ -4,7 +4,9 @@
   runners also look at the database when their timers fire);
 - ``feeds.due``: a feed subscription is due (the runners' feed loop);
 - ``control.crawl.<id>`` / ``control.schedule.<id>``: pause, resume, cancel, poll, on the
-  ``CONTROL`` stream (durable: the runner applies it even if it is restarting).
+  ``CONTROL`` stream (durable: the runner applies it even if it is restarting);
+- ``events.tags.changed``: a user edited snapshots' tags; the result-projector projects their
+  ``index.jsonl`` and search documents again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from boxcar.shared import bus
-from boxcar.shared.messages import CrawlQueued, encode
+from boxcar.shared.messages import SUBJECT_TAGS_CHANGED, CrawlQueued, TagsChanged, encode
 
 
 class BusUnavailable(Exception):
@@ -51,3 +53,12 @@ class Signals:
         if not self.connected:
             raise BusUnavailable("message bus unavailable; try again")
         await bus.publish(self.nats.jetstream(), bus.control_subject(kind, target), msg)
+
+    async def tags_changed(self, snapshot_ids: list[str]) -> bool:
+        """Tell the result-projector that these snapshots' tags changed. Best effort: the tags are
+        saved already; while NATS is away only their search text and ``index.jsonl`` lag (until
+        ``boxcar reindex``). Returns whether it was sent."""
+        if not self.connected:
+            return False
+        await bus.publish(self.nats.jetstream(), SUBJECT_TAGS_CHANGED, TagsChanged(snapshot_ids=snapshot_ids))
+        return True

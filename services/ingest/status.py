@@ -1,6 +1,7 @@
 """``GET /api/v1/status``: what the whole stack is doing, in one look (``boxcar status``).
 
-Counts of crawls and snapshots by status, the archive's size and free disk, and per executor
+Counts of crawls and snapshots by status, the archive's size, the disk's use, which services are
+alive (ingest itself; the crawl-runner and result-projector by their durable consumers), and per executor
 family the tasks waiting, in hand, and whether any executor is there to take them (a family with
 pending work and no executor is what leaves snapshots ``started`` forever otherwise).
 """
@@ -40,6 +41,10 @@ class StackStatus(msgspec.Struct):
     families: dict[str, FamilyStatus]
     #: families with tasks waiting and no executor alive: start ``hook-executor --family NAME``
     stalled_families: list[str]
+    #: bytes used on the file system that holds DATA_DIR
+    disk_used_bytes: int = 0
+    #: ingest, nats, crawl-runner, result-projector: whether each answers (a consumer waiting or working)
+    services: dict[str, bool] = {}
 
 
 def counts(db: Database) -> tuple[dict[str, int], dict[str, int], int]:
@@ -71,15 +76,36 @@ async def family_status(js, families: FamilyTable) -> dict[str, FamilyStatus]:
     return out
 
 
+async def services_alive(js) -> dict[str, bool]:
+    """The crawl-runner and the result-projector are alive when their durable consumer has a pull
+    request waiting or messages in hand."""
+    out = {}
+    for name, stream, consumer in (
+        ("crawl-runner", bus.EVENTS_STREAM, bus.RUNNER_CONSUMER),
+        ("result-projector", bus.EVENTS_STREAM, bus.PROJECTOR_CONSUMER),
+    ):
+        try:
+            info = await js.consumer_info(stream, consumer)
+            out[name] = bool((info.num_waiting or 0) or (info.num_ack_pending or 0))
+        except Exception:  # never started
+            out[name] = False
+    return out
+
+
 async def stack_status(db: Database, settings: Settings, families: FamilyTable, nats) -> StackStatus:
     import anyio.to_thread
 
     crawls, snapshots, size = await anyio.to_thread.run_sync(counts, db)
     fams: dict[str, FamilyStatus] = {}
     connected = bool(nats is not None and nats.is_connected)
+    services = {"ingest": True, "nats": connected, "crawl-runner": False, "result-projector": False}
     if connected:
         fams = await family_status(nats.jetstream(), families)
+        services.update(await services_alive(nats.jetstream()))
+    disk = shutil.disk_usage(settings.data_dir) if settings.data_dir.exists() else None
     return StackStatus(
+        disk_used_bytes=disk.used if disk else 0,
+        services=services,
         crawls=crawls,
         snapshots=snapshots,
         archive_bytes=size,

@@ -10,6 +10,10 @@ them as idempotent upserts on their natural keys, so a redelivered event never d
 - Process on ``id``;
 - Binary on ``(machine, name, abspath, version, sha256)``.
 
+It also owns the full-text index (``fulltext``): a snapshot's search document is written when a
+result that feeds it arrives (readable text, title), when the snapshot is sealed and when a user
+changes its tags (``events.tags.changed``), in the same handling as the rows, before the ack.
+
 It also keeps ``Snapshot.output_size`` (sum of its results), ``Snapshot.title`` (``titles``)
 and each snapshot's ``index.jsonl`` (``index``): written when the snapshot is sealed, written
 again when a result arrives later, and repaired by a sweep when a write failed (a full disk).
@@ -27,15 +31,24 @@ import msgspec
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from boxcar.result_projector import index
+from boxcar.result_projector import fulltext, index
 from boxcar.shared import bus, telemetry
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, insert_for
 from boxcar.shared.db.models import ArchiveResult, Binary, Process, Snapshot, Status
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import ArchiveResultRecord, BinaryRecord, ProcessRecord, SnapshotEvent, decode
+from boxcar.shared.messages import (
+    SUBJECT_TAGS_CHANGED,
+    ArchiveResultRecord,
+    BinaryRecord,
+    ProcessRecord,
+    SnapshotEvent,
+    TagsChanged,
+    decode,
+)
 from boxcar.shared.settings import Settings
 from boxcar.shared.titles import page_title
+from boxcar.shared.urls import url_domain
 
 log = logging.getLogger("boxcar.result_projector")
 tracer = telemetry.tracer("boxcar.result_projector")
@@ -173,8 +186,9 @@ def upsert_binary(s: Session, b: BinaryRecord) -> None:
 
 
 def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> None:
-    """After new results: ``output_size`` = the sum of the results' sizes (bytes), and a sealed
-    snapshot's index marked stale (``indexed_at`` NULL) so it is written again."""
+    """After new results: ``output_size`` = the sum of the results' sizes (bytes), ``domain`` (the
+    URL's host name, for the list's filter) where it is not set yet, and a sealed snapshot's index
+    marked stale (``indexed_at`` NULL) so it is written again."""
     if not snapshot_ids:
         return
     ids = list(snapshot_ids)
@@ -186,6 +200,8 @@ def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> None:
     # modified_at stays the runner's (lifecycle) time: what the projector derives does not move it
     keep = Snapshot.modified_at
     s.execute(update(Snapshot).where(Snapshot.id.in_(ids)).values(output_size=total, modified_at=keep))
+    for sid, url in s.execute(select(Snapshot.id, Snapshot.url).where(Snapshot.id.in_(ids), Snapshot.domain == "")):
+        s.execute(update(Snapshot).where(Snapshot.id == sid).values(domain=url_domain(url), modified_at=keep))
     s.execute(
         update(Snapshot)
         .where(Snapshot.id.in_(ids), Snapshot.status == Status.SEALED)
@@ -194,11 +210,13 @@ def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> None:
 
 
 class Batch:
-    """What one batch of events changed: results per snapshot, and snapshots to index."""
+    """What one batch of events changed: results per snapshot, snapshots to index, and snapshots
+    whose search document is stale."""
 
     def __init__(self) -> None:
         self.touched: set[str] = set()
         self.sealed: set[str] = set()
+        self.searchable: set[str] = set()
 
 
 def project(s: Session, subject: str, data: bytes, batch: Batch) -> None:
@@ -208,13 +226,22 @@ def project(s: Session, subject: str, data: bytes, batch: Batch) -> None:
         msgspec.ValidationError / DecodeError: the event can never be projected (poison).
     """
     if subject == bus.SUBJECT_ARCHIVERESULT:
-        batch.touched.add(upsert_archiveresult(s, decode(data, ArchiveResultRecord)))
+        record = decode(data, ArchiveResultRecord)
+        batch.touched.add(upsert_archiveresult(s, record))
+        if record.plugin in fulltext.INDEXED_PLUGINS:
+            batch.searchable.add(record.snapshot_id)
     elif subject.startswith("events.process."):
         upsert_process(s, decode(data, ProcessRecord))
     elif subject.startswith("events.binary."):
         upsert_binary(s, decode(data, BinaryRecord))
     elif subject == "events.snapshot.sealed":
-        batch.sealed.add(decode(data, SnapshotEvent).snapshot_id)
+        snapshot_id = decode(data, SnapshotEvent).snapshot_id
+        batch.sealed.add(snapshot_id)
+        batch.searchable.add(snapshot_id)
+    elif subject == SUBJECT_TAGS_CHANGED:
+        ids = decode(data, TagsChanged).snapshot_ids
+        batch.touched.update(ids)  # index.jsonl lists the tags
+        batch.searchable.update(ids)
 
 
 class ResultProjector:
@@ -273,13 +300,16 @@ class ResultProjector:
         await asyncio.to_thread(self.apply, [(msg.subject, msg.data)])
 
     def apply(self, items: list[tuple[str, bytes]]) -> None:
-        """Project events, commit, then write the indexes they call for (a failed write is left
-        for the repair sweep: the rows are what matters and they are committed)."""
+        """Project events, commit, update the search documents they change (an error here fails
+        the batch, which is redelivered: projecting again is idempotent), then write the
+        ``index.jsonl`` files they call for (a failed write is left for the repair sweep: the rows
+        are what matters and they are committed)."""
         batch = Batch()
         with self.db.write() as s:
             for subject, data in items:
                 project(s, subject, data, batch)
             refresh_snapshots(s, batch.touched)
+        fulltext.index_snapshots(self.db, self.settings.data_dir, batch.searchable)
         for snapshot_id in batch.sealed | batch.touched:
             self.index(snapshot_id)
 

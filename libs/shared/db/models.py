@@ -4,10 +4,12 @@ The shapes follow ArchiveBox 0.9 (``reference/archivebox-0.9.md`` §1.2): ids ar
 hex characters, ``status`` + ``retry_at`` carry every lifecycle (``retry_at`` in the past = due,
 in the future = leased or scheduled, NULL = idle/finished). Who writes what (DESIGN.md):
 
-- ingest: new Crawl / CrawlSchedule / Tag / ApiToken rows
+- ingest: new Crawl / CrawlSchedule / Tag / ApiToken / User / UserSession rows, tag links a user
+  edits, and deleting a snapshot (rows and files; not a status transition)
 - crawl-runner: every Crawl / Snapshot / CrawlSchedule *transition*, new Snapshot rows,
   SnapshotTask rows (task dispatch records)
-- result-projector: ArchiveResult, Process and Binary rows, Snapshot.title / output_size
+- result-projector: ArchiveResult, Process and Binary rows, Snapshot.title / output_size / domain,
+  the search index (``boxcar.shared.search``)
 
 All timestamps are timezone-aware UTC in Python (``UTCDateTime`` stores naive UTC on SQLite).
 """
@@ -425,3 +427,45 @@ class ApiToken(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
     #: ``write`` (every endpoint) or ``read`` (GET endpoints only)
     scope: Mapped[str] = mapped_column(String(16), default="write")
+
+
+# ----------------------------------------------------------------------------- web UI (issue 10)
+
+
+# The list page's filters and order (newest first, keyset on (created_at, id)). ``domain`` is the
+# URL's host name, derived data the result-projector fills in (``refresh_snapshots``), so the
+# crawl-runner's inserts need not know about it.
+Snapshot.domain = mapped_column(String(255), server_default="", nullable=False)
+Index("ix_snapshot_created_at_id", Snapshot.created_at, Snapshot.id)
+Index("ix_snapshot_status_created_at", Snapshot.status, Snapshot.created_at)
+Index("ix_snapshot_domain_created_at", Snapshot.domain, Snapshot.created_at)
+Index("ix_snapshot_crawl_id_created_at", Snapshot.crawl_id, Snapshot.created_at)
+Index("ix_snapshot_tag_tag_id", SnapshotTag.tag_id)
+Index("ix_crawl_created_at", Crawl.created_at)
+
+
+class User(Base):
+    """A person who logs in to the web UI (``boxcar user create``); the password is kept only as
+    an Argon2id hash."""
+
+    __tablename__ = "app_user"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_login_at: Mapped[datetime | None]
+
+
+class UserSession(Base):
+    """A logged-in browser: the cookie holds a random token, the row only its sha256, so the
+    database never holds a usable session."""
+
+    __tablename__ = "user_session"
+
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("app_user.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)

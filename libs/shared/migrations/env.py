@@ -6,9 +6,15 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from boxcar.shared.db.models import Base
+from boxcar.shared.search import is_search_table
 
 config = context.config
 target_metadata = Base.metadata
+
+
+def include_name(name, type_, _parent) -> bool:
+    """Autogenerate compares the ORM models only: the search index's tables are raw DDL."""
+    return not (type_ == "table" and is_search_table(name))
 
 
 def _run(connection) -> None:
@@ -17,6 +23,7 @@ def _run(connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite ALTERs via table copies
         compare_type=True,
+        include_name=include_name,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -1,0 +1,197 @@
+"""Accounts of the web UI: users with Argon2id password hashes, and login sessions.
+
+``boxcar user create NAME`` makes a user (password prompted); ``/login`` checks the password
+(argon2-cffi, rehashing when its parameters were raised) and starts a session: the browser gets
+a random 256-bit token in an HttpOnly, SameSite=Lax cookie (Secure when the request came over
+TLS), the database keeps only its sha256 (a copied database holds no usable session). A new
+token is made at every login (no session fixation); ``/logout`` deletes the row. Sessions last
+``SESSION_MAX_AGE`` seconds from their last use. API tokens (``auth``) are a separate thing for
+scripts: the JSON API never accepts a session cookie, so a page can't use one to drive it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
+from sqlalchemy import delete, select, update
+
+from boxcar.shared.clock import utcnow
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import User, UserSession
+from boxcar.shared.ids import new_id
+
+SESSION_COOKIE = "boxcar_session"
+USERNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+_hasher = PasswordHasher()  # Argon2id with argon2-cffi's current (RFC 9106 low-memory) parameters
+# Checked against when a user name is unknown, so a login takes as long either way.
+_DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
+
+
+class AccountError(ValueError):
+    """A user name or password that can't be used; ``str()`` says why."""
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who is looking: a logged-in user (``user_id``/``username``), or nobody (both empty)."""
+
+    user_id: str = ""
+    username: str = ""
+
+    @property
+    def logged_in(self) -> bool:
+        return bool(self.user_id)
+
+
+ANONYMOUS = Viewer()
+
+
+def _sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def create_user(db: Database, username: str, password: str) -> str:
+    """Create a user; returns its id.
+
+    Raises:
+        AccountError: a bad or taken user name, or a password shorter than 8 characters.
+    """
+    if not USERNAME.match(username):
+        raise AccountError("user names are 1–64 letters, digits or . _ @ -")
+    if len(password) < 8:
+        raise AccountError("passwords need at least 8 characters")
+    with db.write() as s:
+        if s.scalar(select(User.id).where(User.username == username)):
+            raise AccountError(f"user {username!r} exists already")
+        user_id = new_id()
+        s.add(User(id=user_id, username=username, password_hash=_hasher.hash(password), created_at=utcnow()))
+    return user_id
+
+
+def set_password(db: Database, username: str, password: str) -> bool:
+    """Change a user's password and end their sessions; False when there is no such user.
+
+    Raises:
+        AccountError: a password shorter than 8 characters.
+    """
+    if len(password) < 8:
+        raise AccountError("passwords need at least 8 characters")
+    with db.write() as s:
+        user = s.scalar(select(User).where(User.username == username))
+        if user is None:
+            return False
+        user.password_hash = _hasher.hash(password)
+        s.execute(delete(UserSession).where(UserSession.user_id == user.id))
+    return True
+
+
+def list_users(db: Database) -> list[User]:
+    with db.read() as s:
+        return list(s.scalars(select(User).order_by(User.username)))
+
+
+def authenticate(db: Database, username: str, password: str) -> str | None:
+    """The user's id when the password is right (and the account active); None otherwise."""
+    with db.read() as s:
+        user = s.scalar(select(User).where(User.username == username[:64]))
+    try:
+        _hasher.verify(user.password_hash if user else _DUMMY_HASH, password)
+    except (VerificationError, InvalidHashError):
+        return None
+    if user is None or not user.is_active:
+        return None
+    if _hasher.check_needs_rehash(user.password_hash):
+        with db.write() as s:
+            s.execute(update(User).where(User.id == user.id).values(password_hash=_hasher.hash(password)))
+    return user.id
+
+
+def start_session(db: Database, user_id: str, max_age: int) -> str:
+    """A new session for the user; returns the token for the cookie (never stored)."""
+    token = secrets.token_urlsafe(32)
+    now = utcnow()
+    with db.write() as s:
+        s.add(
+            UserSession(
+                token_sha256=_sha256(token),
+                user_id=user_id,
+                created_at=now,
+                last_seen_at=now,
+                expires_at=now + timedelta(seconds=max_age),
+            )
+        )
+        s.execute(update(User).where(User.id == user_id).values(last_login_at=now))
+        s.execute(delete(UserSession).where(UserSession.expires_at < now))  # tidy up expired ones
+    return token
+
+
+def session_viewer(db: Database, token: str, max_age: int) -> Viewer:
+    """The user of a live session token (its expiry pushed forward at most once a minute), else
+    ``ANONYMOUS``."""
+    if not token or len(token) > 100:
+        return ANONYMOUS
+    now = utcnow()
+    digest = _sha256(token)
+    with db.read() as s:
+        row = s.execute(
+            select(UserSession.last_seen_at, User.id, User.username)
+            .join(User, User.id == UserSession.user_id)
+            .where(UserSession.token_sha256 == digest, UserSession.expires_at > now, User.is_active.is_(True))
+        ).first()
+    if row is None:
+        return ANONYMOUS
+    last_seen, user_id, username = row
+    if now - last_seen > timedelta(seconds=60):
+        with db.write() as s:
+            s.execute(
+                update(UserSession)
+                .where(UserSession.token_sha256 == digest)
+                .values(last_seen_at=now, expires_at=now + timedelta(seconds=max_age))
+            )
+    return Viewer(user_id=user_id, username=username)
+
+
+def end_session(db: Database, token: str) -> None:
+    """Log a session out (idempotent)."""
+    if token:
+        with db.write() as s:
+            s.execute(delete(UserSession).where(UserSession.token_sha256 == _sha256(token)))
+
+
+async def viewer_of(connection: ASGIConnection) -> Viewer:
+    """The request's viewer, looked up once per request."""
+    import anyio.to_thread
+
+    cached = connection.scope.get("boxcar_viewer")
+    if cached is None:
+        state = connection.app.state
+        cached = await anyio.to_thread.run_sync(
+            session_viewer, state.db, connection.cookies.get(SESSION_COOKIE, ""), state.settings.session_max_age
+        )
+        connection.scope["boxcar_viewer"] = cached
+    return cached
+
+
+class LoginRequired(NotAuthorizedException):
+    """No session: a page GET is redirected to ``/login``, anything else gets a 401."""
+
+
+async def require_login(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard of pages and forms that change the archive (add, delete, settings)."""
+    if not (await viewer_of(connection)).logged_in:
+        raise LoginRequired("log in first")
+
+
+async def require_viewer(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard of pages that only show the archive: a session, or ``PUBLIC_READS=true``."""
+    if not connection.app.state.public_reads:
+        await require_login(connection, _)

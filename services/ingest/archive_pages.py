@@ -1,0 +1,88 @@
+"""Routes for archived content: ``/archive/{id}/{path}`` (both origins) and WARC replay (the
+archive origin only). What is safe to send, and how, is ``archive.ArchiveFiles``'s to say."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio.to_thread
+from litestar import Controller, Request, get
+from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException
+from litestar.params import PathParameter
+from litestar.response import File, Redirect, Template
+
+from boxcar.ingest import replay
+from boxcar.ingest.accounts import require_viewer
+from boxcar.ingest.archive import ArchiveFiles, archive_origin
+from boxcar.ingest.library import SnapshotLibrary
+
+PathStr = Annotated[str, PathParameter()]
+NOT_FOUND = "no such archived file"
+
+
+class ArchiveFilesController(Controller):
+    """Snapshot files, each kept inside its snapshot dir and sandboxed by the security mode."""
+
+    include_in_schema = False
+
+    @get("/archive/{snapshot_id:str}/{path:path}", guards=[require_viewer])
+    async def archived_file(
+        self, request: Request, snapshot_id: PathStr, path: PathStr, archive_files: NamedDependency[ArchiveFiles]
+    ) -> File | Redirect:
+        """One archived file, or 404 for anything outside the snapshot's directory."""
+        state = request.app.state
+        if state.settings.archive_security_mode == "separate-origin" and not state.is_archive_origin:
+            origin = archive_origin(state.settings, str(request.url))
+            if not origin:
+                raise NotFoundException("ARCHIVE_SECURITY_MODE=separate-origin needs ARCHIVE_PORT or ARCHIVE_ORIGIN")
+            return Redirect(f"{origin}{request.url.path}", status_code=307)
+        found = await anyio.to_thread.run_sync(archive_files.find, snapshot_id, path.lstrip("/"))
+        if found is None:
+            raise NotFoundException(NOT_FOUND)
+        attachment = "attachment" in found.headers.get("Content-Disposition", "")
+        headers = {k: v for k, v in found.headers.items() if k != "Content-Disposition"}
+        return File(
+            path=found.path,
+            filename=found.path.name,
+            media_type=found.media_type,
+            headers=headers,
+            content_disposition_type="attachment" if attachment else "inline",
+        )
+
+
+class ReplayController(Controller):
+    """ReplayWeb.page on the archive origin: its viewer page for a snapshot, and its two files."""
+
+    include_in_schema = False
+
+    @get("/replay-view/{snapshot_id:str}", guards=[require_viewer])
+    async def viewer(
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
+    ) -> Template:
+        """The viewer of the snapshot's WARC, starting at its URL."""
+        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        if detail is None or "warc" not in detail.links or not replay.available(request.app.state.settings):
+            raise NotFoundException("nothing to replay")
+        snap = detail.snapshot
+        return Template(
+            template_name="replay.html",
+            context={
+                "title": snap.title or snap.url,
+                "url": snap.url,
+                "source": f"/archive/{snap.id}/{detail.links['warc']}",
+            },
+        )
+
+    @get("/replay/{name:str}")
+    async def asset(self, request: Request, name: PathStr) -> File:
+        """``ui.js`` or ``sw.js`` of the pinned ``replaywebpage`` package."""
+        settings = request.app.state.settings
+        if name not in replay.ASSETS or not replay.available(settings):
+            raise NotFoundException(NOT_FOUND)
+        return File(
+            path=replay.assets_dir(settings) / name,
+            media_type="application/javascript",
+            content_disposition_type="inline",
+            headers={"Service-Worker-Allowed": "/replay/", "X-Content-Type-Options": "nosniff"},
+        )

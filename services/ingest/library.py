@@ -1,0 +1,415 @@
+"""The archive as the web UI, ``boxcar search`` and ``boxcar remove`` see it: listing, searching,
+one snapshot in full, tags, and deleting.
+
+Reads only, except two writes that belong to ingest (DESIGN.md: ingest owns tags; a delete is not
+a status transition, so it is not the crawl-runner's):
+
+- ``set_tags`` replaces a snapshot's tags and tells the result-projector (``events.tags.changed``)
+  to project its ``index.jsonl`` and search document again;
+- ``delete`` removes a snapshot's rows (the snapshot, its results, task records and tag links
+  through foreign keys, its Process rows, its search document) and then its directory; a
+  snapshot being captured (``started``) is refused (``SnapshotBusy``), by a conditional DELETE, so
+  a runner claiming it at the same moment wins or loses cleanly.
+
+The list is newest first with keyset pagination on ``(created_at, id)``: a page costs the same at
+row 100,000 as at row 1, and every filter has an index (migration 0005).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import and_, delete, func, or_, select, tuple_
+from sqlalchemy.orm import Session
+
+from boxcar.shared import search
+from boxcar.shared.db import Database, insert_for
+from boxcar.shared.db.models import (
+    ArchiveResult,
+    Crawl,
+    Process,
+    Snapshot,
+    SnapshotTag,
+    Status,
+    Tag,
+    url_hash,
+)
+from boxcar.shared.messages import Seed, clean_tags
+from boxcar.shared.urls import InvalidURL, url_domain
+
+PAGE_SIZE = 50
+
+
+class SnapshotBusy(Exception):
+    """The snapshot is being captured right now; it can be deleted once it is sealed."""
+
+
+@dataclass
+class SnapshotFilter:
+    """What the list shows: every field optional; ``date_from``/``date_to`` bound ``created_at``."""
+
+    tag: str = ""
+    crawl_id: str = ""
+    status: str = ""
+    domain: str = ""
+    date_from: datetime | None = None
+    date_to: datetime | None = None
+    q: str = ""
+
+
+@dataclass
+class SnapshotRow:
+    """One line of the list."""
+
+    id: str
+    url: str
+    title: str
+    domain: str
+    status: str
+    http_status: int | None
+    created_at: datetime
+    crawl_id: str
+    tags: list[str] = field(default_factory=list)
+    #: plugin → status, e.g. {"screenshot": "succeeded", "wget": "failed"}
+    results: dict[str, str] = field(default_factory=dict)
+    has_screenshot: bool = False
+    snippet_html: str = ""
+
+
+@dataclass
+class SnapshotList:
+    rows: list[SnapshotRow]
+    #: cursor of the next page ("" on the last one); for a search, the next offset
+    next_cursor: str = ""
+
+
+@dataclass
+class ResultDetail:
+    plugin: str
+    hook_name: str
+    status: str
+    output_str: str
+    output_files: dict
+    output_size: int
+    start_ts: datetime | None
+    end_ts: datetime | None
+    notes: str
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+
+    @property
+    def duration(self) -> float | None:
+        if self.start_ts and self.end_ts:
+            return (self.end_ts - self.start_ts).total_seconds()
+        return None
+
+
+@dataclass
+class SnapshotDetail:
+    snapshot: Snapshot
+    crawl: Crawl | None
+    tags: list[str]
+    results: list[ResultDetail]
+    #: name → path inside the snapshot dir, of the outputs that exist (screenshot, pdf, dom, …)
+    links: dict[str, str]
+
+
+def encode_cursor(row: SnapshotRow) -> str:
+    return f"{row.created_at.isoformat()}~{row.id}"
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
+    """The ``(created_at, id)`` of a cursor, None for a malformed one (the first page is shown)."""
+    try:
+        when, sid = cursor.split("~", 1)
+        return datetime.fromisoformat(when), sid[:32]
+    except ValueError:
+        return None
+
+
+class SnapshotLibrary:
+    """The archive's snapshots for people: list, search, detail, tags, delete."""
+
+    def __init__(self, db: Database, data_dir: Path) -> None:
+        self.db = db
+        self.data_dir = data_dir
+
+    # ------------------------------------------------------------------ list and search
+
+    def list(self, filters: SnapshotFilter, cursor: str = "", limit: int = PAGE_SIZE) -> SnapshotList:
+        """A page of snapshots, newest first (or, with ``filters.q``, best match first)."""
+        if filters.q.strip():
+            return self._search(filters, int(cursor) if cursor.isdigit() else 0, limit)
+        with self.db.read() as s:
+            query = self._filtered(s, select(Snapshot), filters)
+            after = decode_cursor(cursor) if cursor else None
+            if after is not None:
+                query = query.where(tuple_(Snapshot.created_at, Snapshot.id) < tuple_(*after))
+            snaps = list(s.scalars(query.order_by(Snapshot.created_at.desc(), Snapshot.id.desc()).limit(limit + 1)))
+            rows = self._rows(s, snaps[:limit])
+        return SnapshotList(rows, encode_cursor(rows[-1]) if len(snaps) > limit else "")
+
+    def _filtered(self, s: Session, query, f: SnapshotFilter):
+        if f.tag:
+            tag_id = s.scalar(select(Tag.id).where(Tag.name == f.tag))
+            query = query.where(
+                Snapshot.id.in_(select(SnapshotTag.snapshot_id).where(SnapshotTag.tag_id == (tag_id or -1)))
+            )
+        if f.crawl_id:
+            query = query.where(Snapshot.crawl_id == f.crawl_id)
+        if f.status:
+            query = query.where(Snapshot.status == f.status)
+        if f.domain:
+            query = query.where(Snapshot.domain == f.domain.lower().strip())
+        if f.date_from:
+            query = query.where(Snapshot.created_at >= f.date_from)
+        if f.date_to:
+            query = query.where(Snapshot.created_at < f.date_to)
+        return query
+
+    def _search(self, f: SnapshotFilter, offset: int, limit: int) -> SnapshotList:
+        with self.db.read() as s:
+            hits = search.search(s, f.q, tag=f.tag or None, limit=limit + 1, offset=offset)
+            wanted = [h.snapshot_id for h in hits[:limit]]
+            query = self._filtered(s, select(Snapshot), SnapshotFilter(**{**f.__dict__, "tag": "", "q": ""}))
+            snaps = {x.id: x for x in s.scalars(query.where(Snapshot.id.in_(wanted)))}
+            rows = self._rows(s, [snaps[i] for i in wanted if i in snaps])
+        snippets = {h.snapshot_id: h.snippet_html for h in hits}
+        for row in rows:
+            row.snippet_html = snippets.get(row.id, "")
+        return SnapshotList(rows, str(offset + limit) if len(hits) > limit else "")
+
+    def search(self, q: str, tag: str = "", limit: int = 20, offset: int = 0) -> list[SnapshotRow]:
+        """Ranked matches of ``q`` (web-search syntax), each with its highlighted snippet."""
+        return self._search(SnapshotFilter(q=q, tag=tag), offset, limit).rows
+
+    def _rows(self, s: Session, snaps: list[Snapshot]) -> list[SnapshotRow]:
+        ids = [x.id for x in snaps]
+        tags: dict[str, list[str]] = defaultdict(list)
+        results: dict[str, dict[str, str]] = defaultdict(dict)
+        if ids:
+            for sid, name in s.execute(
+                select(SnapshotTag.snapshot_id, Tag.name)
+                .join(Tag, Tag.id == SnapshotTag.tag_id)
+                .where(SnapshotTag.snapshot_id.in_(ids))
+                .order_by(Tag.name)
+            ):
+                tags[sid].append(name)
+            for sid, plugin, status in s.execute(
+                select(ArchiveResult.snapshot_id, ArchiveResult.plugin, ArchiveResult.status).where(
+                    ArchiveResult.snapshot_id.in_(ids)
+                )
+            ):
+                if results[sid].get(plugin) != "succeeded":  # a plugin with several hooks: its best
+                    results[sid][plugin] = status
+        return [
+            SnapshotRow(
+                id=x.id,
+                url=x.url,
+                title=x.title or "",
+                domain=x.domain or url_domain(x.url),
+                status=x.status,
+                http_status=x.http_status,
+                created_at=x.created_at,
+                crawl_id=x.crawl_id,
+                tags=tags[x.id],
+                results=dict(sorted(results[x.id].items())),
+                has_screenshot=results[x.id].get("screenshot") == "succeeded",
+            )
+            for x in snaps
+        ]
+
+    def tags(self) -> list[str]:
+        """Every tag name, for the filter."""
+        with self.db.read() as s:
+            return list(s.scalars(select(Tag.name).order_by(Tag.name).limit(1000)))
+
+    # ------------------------------------------------------------------ one snapshot
+
+    def detail(self, snapshot_id: str) -> SnapshotDetail | None:
+        """A snapshot with its crawl, tags, every result (and, for failures, the hook's output),
+        and links to the outputs on disk; None when there is no such snapshot."""
+        with self.db.read() as s:
+            snap = s.get(Snapshot, snapshot_id)
+            if snap is None:
+                return None
+            crawl = s.get(Crawl, snap.crawl_id)
+            tags = self._rows(s, [snap])[0].tags
+            rows = list(
+                s.scalars(
+                    select(ArchiveResult)
+                    .where(ArchiveResult.snapshot_id == snapshot_id)
+                    .order_by(ArchiveResult.start_ts.is_(None), ArchiveResult.start_ts, ArchiveResult.hook_name)
+                )
+            )
+            failed_pids = [r.process_id for r in rows if r.status == "failed" and r.process_id]
+            procs = {p.id: p for p in s.scalars(select(Process).where(Process.id.in_(failed_pids)))}
+        results = []
+        for r in rows:
+            proc = procs.get(r.process_id or "")
+            results.append(
+                ResultDetail(
+                    plugin=r.plugin,
+                    hook_name=r.hook_name,
+                    status=r.status,
+                    output_str=r.output_str,
+                    output_files=r.output_files or {},
+                    output_size=r.output_size,
+                    start_ts=r.start_ts,
+                    end_ts=r.end_ts,
+                    notes=r.notes,
+                    stdout=proc.stdout if proc else "",
+                    stderr=proc.stderr if proc else "",
+                    exit_code=proc.exit_code if proc else None,
+                )
+            )
+        return SnapshotDetail(snap, crawl, tags, results, self._links(snap, results))
+
+    def _links(self, snap: Snapshot, results: list[ResultDetail]) -> dict[str, str]:
+        """The viewable outputs: name → path relative to the snapshot dir."""
+        ok = {r.plugin: r for r in results if r.status == "succeeded"}
+        links: dict[str, str] = {}
+
+        def first(plugin: str, suffixes: tuple[str, ...], prefer: str = "") -> None:
+            r = ok.get(plugin)
+            if r is None:
+                return
+            files = sorted(r.output_files)
+            if prefer in files:
+                links[plugin] = f"{plugin}/{prefer}"
+                return
+            for rel in files:
+                if rel.lower().endswith(suffixes):
+                    links[plugin] = f"{plugin}/{rel}"
+                    return
+
+        first("screenshot", (".png", ".jpg", ".jpeg", ".webp"), "screenshot.png")
+        first("pdf", (".pdf",), "output.pdf")
+        first("dom", (".html",), "output.html")
+        first("htmltotext", (".txt",), "htmltotext.txt")
+        first("trafilatura", (".txt", ".md"), "content.txt")
+        first("headers", (".json",), "headers.json")
+        first("staticfile", ("",))
+        wget = ok.get("wget")
+        if wget is not None:
+            pages = sorted(
+                (rel for rel in wget.output_files if rel.endswith((".html", ".htm")) and not rel.startswith("warc/")),
+                key=lambda rel: (rel.count("/"), len(rel)),
+            )
+            if pages:
+                links["wget"] = f"wget/{pages[0]}"
+            warcs = sorted(rel for rel in wget.output_files if rel.startswith("warc/") and ".warc" in rel)
+            if warcs:
+                links["warc"] = f"wget/{warcs[0]}"
+        return links
+
+    def find(self, id_or_url: str) -> list[str]:
+        """Snapshot ids matching an id, or a URL (every crawl's snapshot of it)."""
+        with self.db.read() as s:
+            if len(id_or_url) == 32 and s.get(Snapshot, id_or_url) is not None:
+                return [id_or_url]
+            try:
+                canonical = Seed.parse(id_or_url).url
+            except InvalidURL:
+                return []
+            return list(s.scalars(select(Snapshot.id).where(Snapshot.url_hash == url_hash(canonical))))
+
+    # ------------------------------------------------------------------ writes that are ingest's
+
+    def set_tags(self, snapshot_id: str, tags: list[str]) -> list[str] | None:
+        """Replace a snapshot's tags; returns them cleaned, None when there is no such snapshot.
+        The caller then publishes ``events.tags.changed`` (``Signals.tags_changed``)."""
+        names = clean_tags(tags)
+        with self.db.write() as s:
+            if s.get(Snapshot, snapshot_id) is None:
+                return None
+            insert = insert_for(s)
+            if names:
+                s.execute(
+                    insert(Tag).values([{"name": n} for n in names]).on_conflict_do_nothing(index_elements=["name"])
+                )
+            ids = list(s.scalars(select(Tag.id).where(Tag.name.in_(names)))) if names else []
+            s.execute(
+                delete(SnapshotTag).where(
+                    SnapshotTag.snapshot_id == snapshot_id, SnapshotTag.tag_id.not_in(ids) if ids else True
+                )
+            )
+            if ids:
+                s.execute(
+                    insert(SnapshotTag)
+                    .values([{"snapshot_id": snapshot_id, "tag_id": i} for i in ids])
+                    .on_conflict_do_nothing()
+                )
+        return names
+
+    def delete(self, snapshot_id: str) -> bool:
+        """Delete a snapshot's rows and then its directory; False when there is no such snapshot.
+
+        Raises:
+            SnapshotBusy: it is being captured (``started``); try again once it is sealed.
+        """
+        with self.db.write() as s:
+            snap = s.get(Snapshot, snapshot_id)
+            if snap is None:
+                return False
+            output_dir = snap.output_dir
+            gone = s.execute(
+                delete(Snapshot)
+                .where(Snapshot.id == snapshot_id, Snapshot.status != Status.STARTED)
+                .execution_options(synchronize_session=False)
+            ).rowcount
+            if not gone:
+                raise SnapshotBusy(f"snapshot {snapshot_id} is being captured; delete it once it is sealed")
+            s.execute(delete(Process).where(Process.snapshot_id == snapshot_id))
+            search.remove_documents(s, [snapshot_id])
+        self._remove_dir(output_dir)
+        return True
+
+    def _remove_dir(self, output_dir: str) -> None:
+        archive = (self.data_dir / "archive").resolve()
+        path = (self.data_dir / output_dir).resolve() if output_dir else None
+        if path is not None and path != archive and path.is_relative_to(archive) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+    # ------------------------------------------------------------------ crawls
+
+    def crawls(self, cursor: str = "", limit: int = PAGE_SIZE) -> tuple[list[dict], str]:
+        """Crawls newest first, each with its snapshots counted by status; and the next cursor."""
+        with self.db.read() as s:
+            query = select(Crawl).order_by(Crawl.created_at.desc(), Crawl.id.desc())
+            after = decode_cursor(cursor) if cursor else None
+            if after is not None:
+                query = query.where(
+                    or_(Crawl.created_at < after[0], and_(Crawl.created_at == after[0], Crawl.id < after[1]))
+                )
+            crawls = list(s.scalars(query.limit(limit + 1)))
+            page = crawls[:limit]
+            counts: dict[str, dict[str, int]] = defaultdict(dict)
+            for cid, status, n in s.execute(
+                select(Snapshot.crawl_id, Snapshot.status, func.count())
+                .where(Snapshot.crawl_id.in_([c.id for c in page]))
+                .group_by(Snapshot.crawl_id, Snapshot.status)
+            ):
+                counts[cid][status] = n
+        rows = [
+            {
+                "id": c.id,
+                "label": c.label,
+                "status": c.status,
+                "created_at": c.created_at,
+                "seeds": c.seed_count,
+                "tags": [t for t in c.tags_str.split(",") if t],
+                "cancelled": c.cancelled_at is not None,
+                "error": c.error,
+                "snapshots": counts[c.id],
+                "total": sum(counts[c.id].values()),
+            }
+            for c in page
+        ]
+        nxt = f"{page[-1].created_at.isoformat()}~{page[-1].id}" if len(crawls) > limit else ""
+        return rows, nxt

@@ -1,0 +1,473 @@
+"""The web UI's pages: server-rendered Jinja2 templates, htmx for the parts that update in place.
+
+Controllers stay thin: they read the form or query, call a service (``SnapshotLibrary``,
+``CrawlService``, ``FeedService``, ``Signals``, ``accounts``) and render a template or redirect.
+Every form carries Litestar's CSRF token; pages that change the archive need a login
+(``require_login``); pages that only show it need a login or ``PUBLIC_READS=true``
+(``require_viewer``). A crawl's status is never changed here: pause, resume and cancel are
+requests to the crawl-runner (``Signals.control``), "archive again" is a new crawl.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import urlencode, urlsplit
+
+import anyio.to_thread
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import UploadFile
+from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException
+from litestar.params import PathParameter, QueryParameter
+from litestar.response import Redirect, Template
+
+from boxcar.ingest import accounts, replay
+from boxcar.ingest.accounts import SESSION_COOKIE, require_login, require_viewer, viewer_of
+from boxcar.ingest.archive import archive_origin
+from boxcar.ingest.auth import create_token, list_tokens, revoke_token
+from boxcar.ingest.feeds import FeedService
+from boxcar.ingest.library import SnapshotBusy, SnapshotFilter, SnapshotLibrary
+from boxcar.ingest.schemas import CrawlCreate, FeedCreate
+from boxcar.ingest.services import CrawlService, InputError
+from boxcar.ingest.signals import BusUnavailable, Signals
+from boxcar.shared.messages import CrawlControl, ScheduleControl
+
+ID = "{snapshot_id:str}"
+PathStr = Annotated[str, PathParameter()]
+QueryStr = Annotated[str, QueryParameter()]
+
+
+def _archive_base(request: Request) -> str:
+    """Prefix of ``/archive/…`` links: the archive origin in ``separate-origin`` mode, else ""."""
+    settings = request.app.state.settings
+    if settings.archive_security_mode == "separate-origin":
+        return archive_origin(settings, str(request.url))
+    return ""
+
+
+async def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Template:
+    """A page with what every template uses: the viewer, the archive link prefix, the query."""
+    return Template(
+        template_name=name,
+        context={
+            "viewer": await viewer_of(request),
+            "archive_base": _archive_base(request),
+            "q": context.pop("q", ""),
+            **context,
+        },
+        status_code=status_code,
+    )
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.replace("\n", ",").split(",") if v.strip()]
+
+
+def _date(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value).replace(tzinfo=UTC) if value else None
+    except ValueError:
+        return None
+
+
+def _is_htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+def _safe_next(target: str) -> str:
+    """Only a local path may be a redirect target after login (no open redirect)."""
+    parts = urlsplit(target or "/")
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    return target
+
+
+class SnapshotPages(Controller):
+    """``/`` (list and search) and ``/snapshots/{id}`` (one snapshot, tags, delete, again)."""
+
+    include_in_schema = False
+
+    @get("/", guards=[require_viewer])
+    async def index(
+        self,
+        request: Request,
+        library: NamedDependency[SnapshotLibrary],
+        q: QueryStr = "",
+        tag: QueryStr = "",
+        status: QueryStr = "",
+        domain: QueryStr = "",
+        crawl_id: QueryStr = "",
+        date_from: QueryStr = "",
+        date_to: QueryStr = "",
+        cursor: QueryStr = "",
+    ) -> Template:
+        """The snapshot list, newest first, or search results (``q``), with filters."""
+        end = _date(date_to)
+        filters = SnapshotFilter(
+            tag=tag[:100],
+            crawl_id=crawl_id[:32],
+            status=status[:16],
+            domain=domain[:255],
+            date_from=_date(date_from),
+            date_to=end + timedelta(days=1) if end else None,
+            q=q[:1000],
+        )
+        page = await anyio.to_thread.run_sync(lambda: library.list(filters, cursor[:100]))
+        params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
+        next_url = "/?" + urlencode({**params, "cursor": page.next_cursor}) if page.next_cursor else ""
+        context = {"page": page, "next_url": next_url, "q": q}
+        if _is_htmx(request) and cursor:
+            return await render(request, "_snapshot_rows.html", **context)
+        tags = await anyio.to_thread.run_sync(library.tags)
+        return await render(
+            request,
+            "snapshots.html",
+            f=filters,
+            all_tags=tags,
+            date_from=date_from,
+            date_to=date_to,
+            **context,
+        )
+
+    @get(f"/snapshots/{ID}", guards=[require_viewer])
+    async def snapshot(
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
+    ) -> Template:
+        """One snapshot: its facts, tags, outputs, every result, and the actions."""
+        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        if detail is None:
+            raise NotFoundException(f"no snapshot {snapshot_id[:32]}")
+        settings = request.app.state.settings
+        replay_url = ""
+        if "warc" in detail.links and archive_origin(settings, str(request.url)) and replay.available(settings):
+            replay_url = f"/snapshots/{snapshot_id}/replay"
+        return await render(request, "snapshot.html", snap=detail.snapshot, detail=detail, replay_url=replay_url)
+
+    @get(f"/snapshots/{ID}/replay", guards=[require_viewer])
+    async def replay_page(
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
+    ) -> Template:
+        """The WARC replayed by ReplayWeb.page, framed from the archive origin."""
+        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        origin = archive_origin(request.app.state.settings, str(request.url))
+        if detail is None or "warc" not in detail.links or not origin:
+            raise NotFoundException("nothing to replay")
+        return await render(
+            request, "replay_frame.html", snap=detail.snapshot, frame_url=f"{origin}/replay-view/{snapshot_id}"
+        )
+
+    @post(f"/snapshots/{ID}/tags", guards=[require_login])
+    async def set_tags(
+        self,
+        request: Request,
+        snapshot_id: PathStr,
+        library: NamedDependency[SnapshotLibrary],
+        signals: NamedDependency[Signals],
+    ) -> Template | Redirect:
+        """Replace the snapshot's tags (the projector then re-indexes it)."""
+        form = await request.form()
+        tags = await anyio.to_thread.run_sync(library.set_tags, snapshot_id[:32], _split(str(form.get("tags", ""))))
+        if tags is None:
+            raise NotFoundException(f"no snapshot {snapshot_id[:32]}")
+        await signals.tags_changed([snapshot_id])
+        if _is_htmx(request):
+            detail = await anyio.to_thread.run_sync(library.detail, snapshot_id)
+            return await render(request, "_tags.html", snap=detail.snapshot, detail=detail)
+        return Redirect(f"/snapshots/{snapshot_id}", status_code=303)
+
+    @post(f"/snapshots/{ID}/delete", guards=[require_login])
+    async def delete(
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
+    ) -> Template | Redirect:
+        """Delete the snapshot's rows and files (the page asked for confirmation)."""
+        try:
+            found = await anyio.to_thread.run_sync(library.delete, snapshot_id[:32])
+        except SnapshotBusy as exc:
+            return await render(request, "error.html", status_code=409, code=409, detail=str(exc))
+        if not found:
+            raise NotFoundException(f"no snapshot {snapshot_id[:32]}")
+        return Redirect("/?deleted=1", status_code=303)
+
+    @post(f"/snapshots/{ID}/archive-again", guards=[require_login])
+    async def archive_again(
+        self,
+        snapshot_id: PathStr,
+        library: NamedDependency[SnapshotLibrary],
+        crawl_service: NamedDependency[CrawlService],
+        signals: NamedDependency[Signals],
+    ) -> Redirect:
+        """A new crawl of this snapshot's URL, with its tags and its crawl's plugins."""
+        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        if detail is None:
+            raise NotFoundException(f"no snapshot {snapshot_id[:32]}")
+        body = CrawlCreate(
+            urls=[detail.snapshot.url],
+            tags=detail.tags,
+            plugins=list(detail.crawl.plugins or []) if detail.crawl else [],
+            only_new=False,
+            label=f"again: {detail.snapshot.title or detail.snapshot.url}"[:200],
+        )
+        crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, body)
+        await signals.crawl_queued(crawl.id)
+        return Redirect(f"/crawls/{crawl.id}", status_code=303)
+
+
+class CrawlPages(Controller):
+    """``/crawls`` and ``/crawls/{id}`` with live progress and pause / resume / cancel."""
+
+    include_in_schema = False
+
+    @get("/crawls", guards=[require_viewer])
+    async def crawls(
+        self, request: Request, library: NamedDependency[SnapshotLibrary], cursor: QueryStr = ""
+    ) -> Template:
+        rows, nxt = await anyio.to_thread.run_sync(lambda: library.crawls(cursor[:100]))
+        return await render(request, "crawls.html", crawls=rows, next_cursor=nxt)
+
+    @get("/crawls/{crawl_id:str}", guards=[require_viewer])
+    async def crawl(
+        self,
+        request: Request,
+        crawl_id: PathStr,
+        crawl_service: NamedDependency[CrawlService],
+        library: NamedDependency[SnapshotLibrary],
+    ) -> Template:
+        """A crawl's progress (live) and its newest snapshots."""
+        status = await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32])
+        if status is None:
+            raise NotFoundException(f"no crawl {crawl_id[:32]}")
+        page = await anyio.to_thread.run_sync(lambda: library.list(SnapshotFilter(crawl_id=status.id)))
+        next_url = f"/?crawl_id={status.id}&cursor={page.next_cursor}" if page.next_cursor else ""
+        return await render(request, "crawl.html", crawl=status, page=page, next_url=next_url)
+
+    @get("/crawls/{crawl_id:str}/progress", guards=[require_viewer])
+    async def progress(
+        self, request: Request, crawl_id: PathStr, crawl_service: NamedDependency[CrawlService]
+    ) -> Template:
+        """The progress block alone, polled by htmx every second until the crawl is sealed."""
+        status = await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32])
+        if status is None:
+            raise NotFoundException(f"no crawl {crawl_id[:32]}")
+        return await render(request, "_crawl_progress.html", crawl=status)
+
+    @post("/crawls/{crawl_id:str}/{action:str}", guards=[require_login])
+    async def control(
+        self,
+        request: Request,
+        crawl_id: PathStr,
+        action: PathStr,
+        crawl_service: NamedDependency[CrawlService],
+        signals: NamedDependency[Signals],
+    ) -> Template | Redirect:
+        """Ask the crawl-runner to pause, resume or cancel the crawl."""
+        if action not in ("pause", "resume", "cancel"):
+            raise NotFoundException(f"no action {action[:20]}")
+        if await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32]) is None:
+            raise NotFoundException(f"no crawl {crawl_id[:32]}")
+        try:
+            await signals.control("crawl", crawl_id, CrawlControl(crawl_id=crawl_id, action=action))
+        except BusUnavailable as exc:
+            return await render(request, "error.html", status_code=503, code=503, detail=str(exc))
+        return Redirect(f"/crawls/{crawl_id}", status_code=303)
+
+
+class AddPage(Controller):
+    """``/add``: URLs or files, depth, tags, plugins; then the crawl's page."""
+
+    include_in_schema = False
+
+    @get("/add", guards=[require_login])
+    async def form(self, request: Request, crawl_service: NamedDependency[CrawlService]) -> Template:
+        return await self._form(request, crawl_service, {"urls": "", "tags": "", "depth": 0, "plugins": []})
+
+    async def _form(self, request, crawl_service, form, error: str = "", status_code: int = 200) -> Template:
+        return await render(
+            request,
+            "add.html",
+            status_code=status_code,
+            form=form,
+            error=error,
+            plugins=crawl_service.selectable_plugins(),
+        )
+
+    @post("/add", guards=[require_login])
+    async def submit(
+        self, request: Request, crawl_service: NamedDependency[CrawlService], signals: NamedDependency[Signals]
+    ) -> Template | Redirect:
+        """Create the crawl (URLs) or import (files) and show its page."""
+        form = await request.form()
+        uploads = [u for u in form.getall("file") if isinstance(u, UploadFile)] if "file" in form else []
+        files = [(data, u.filename or "") for u in uploads if (data := await u.read())]
+        fields = {
+            "urls": str(form.get("urls", "")),
+            "tags": str(form.get("tags", "")),
+            "depth": str(form.get("depth", "0")),
+            "plugins": [str(p) for p in form.getall("plugins")] if "plugins" in form else [],
+        }
+        try:
+            depth = int(fields["depth"])
+            if not 0 <= depth <= 4:
+                raise ValueError
+        except ValueError:
+            return await self._form(request, crawl_service, fields, "depth: must be 0–4", 422)
+        urls = [line.strip() for line in fields["urls"].splitlines() if line.strip()]
+        try:
+            if files:
+                if urls:
+                    files.append(("\n".join(urls).encode(), "urls.txt"))
+                outcome = await anyio.to_thread.run_sync(
+                    lambda: crawl_service.create_import(
+                        files,
+                        format=None,
+                        tags=_split(fields["tags"]),
+                        max_depth=depth,
+                        plugins=fields["plugins"],
+                        only_new=None,
+                    )
+                )
+                crawl = outcome.crawl
+            elif urls:
+                body = CrawlCreate(urls=urls, tags=_split(fields["tags"]), max_depth=depth, plugins=fields["plugins"])
+                crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, body)
+            else:
+                return await self._form(request, crawl_service, fields, "give some URLs or a file", 422)
+        except InputError as exc:
+            return await self._form(request, crawl_service, fields, str(exc), 422)
+        await signals.crawl_queued(crawl.id)
+        return Redirect(f"/crawls/{crawl.id}", status_code=303)
+
+
+class FeedPages(Controller):
+    """``/feeds``: subscribe, pause, resume, poll now, remove."""
+
+    include_in_schema = False
+
+    @get("/feeds", guards=[require_viewer])
+    async def feeds(self, request: Request, feed_service: NamedDependency[FeedService]) -> Template:
+        return await render(request, "feeds.html", feeds=await anyio.to_thread.run_sync(feed_service.list))
+
+    @post("/feeds", guards=[require_login])
+    async def subscribe(
+        self, request: Request, feed_service: NamedDependency[FeedService], signals: NamedDependency[Signals]
+    ) -> Template | Redirect:
+        form = await request.form()
+        try:
+            body = FeedCreate(
+                url=str(form.get("url", "")),
+                schedule=str(form.get("schedule", "") or "daily"),
+                tags=_split(str(form.get("tags", ""))),
+                max_depth=max(0, min(4, int(str(form.get("depth", "0")) or 0))),
+            )
+            feed = await anyio.to_thread.run_sync(feed_service.create, body)
+        except (InputError, ValueError) as exc:
+            feeds = await anyio.to_thread.run_sync(feed_service.list)
+            return await render(request, "feeds.html", status_code=422, feeds=feeds, error=str(exc))
+        await signals.feed_due(feed.id)
+        return Redirect("/feeds", status_code=303)
+
+    @post("/feeds/{feed_id:str}/{action:str}", guards=[require_login])
+    async def control(
+        self,
+        request: Request,
+        feed_id: PathStr,
+        action: PathStr,
+        feed_service: NamedDependency[FeedService],
+        signals: NamedDependency[Signals],
+    ) -> Template | Redirect:
+        if await anyio.to_thread.run_sync(feed_service.get, feed_id[:32]) is None:
+            raise NotFoundException(f"no feed {feed_id[:32]}")
+        if action == "remove":
+            await anyio.to_thread.run_sync(feed_service.delete, feed_id)
+        elif action in ("poll", "pause", "resume"):
+            try:
+                await signals.control("schedule", feed_id, ScheduleControl(schedule_id=feed_id, action=action))
+            except BusUnavailable as exc:
+                return await render(request, "error.html", status_code=503, code=503, detail=str(exc))
+        else:
+            raise NotFoundException(f"no action {action[:20]}")
+        return Redirect("/feeds", status_code=303)
+
+
+class AccountPages(Controller):
+    """``/login``, ``/logout`` and ``/settings`` (API tokens)."""
+
+    include_in_schema = False
+
+    @get("/login")
+    async def login_form(self, request: Request, next: QueryStr = "/") -> Template:
+        return await render(request, "login.html", next=_safe_next(next))
+
+    @post("/login")
+    async def login(self, request: Request) -> Template | Redirect:
+        """Check the password; on success a fresh session cookie and the page asked for."""
+        form = await request.form()
+        state = request.app.state
+        username, password = str(form.get("username", ""))[:64], str(form.get("password", ""))[:1024]
+        next_url = _safe_next(str(form.get("next", "/")))
+        user_id = await anyio.to_thread.run_sync(accounts.authenticate, state.db, username, password)
+        if user_id is None:
+            return await render(
+                request,
+                "login.html",
+                status_code=401,
+                next=next_url,
+                flash="Wrong user name or password.",
+                flash_kind="error",
+            )
+        old = request.cookies.get(SESSION_COOKIE, "")
+        await anyio.to_thread.run_sync(accounts.end_session, state.db, old)
+        token = await anyio.to_thread.run_sync(
+            accounts.start_session, state.db, user_id, state.settings.session_max_age
+        )
+        response = Redirect(next_url, status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            token,
+            max_age=state.settings.session_max_age,
+            httponly=True,
+            samesite="lax",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        return response
+
+    @post("/logout")
+    async def logout(self, request: Request) -> Redirect:
+        await anyio.to_thread.run_sync(accounts.end_session, request.app.state.db, request.cookies.get(SESSION_COOKIE))
+        response = Redirect("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    @get("/settings", guards=[require_login])
+    async def settings(self, request: Request) -> Template:
+        tokens = await anyio.to_thread.run_sync(list_tokens, request.app.state.db)
+        return await render(request, "settings.html", tokens=tokens, new_token="")
+
+    @post("/settings/tokens", guards=[require_login])
+    async def create(self, request: Request) -> Template:
+        """A new API token, shown once on the page that answers this form."""
+        form = await request.form()
+        db = request.app.state.db
+        name = str(form.get("name", ""))[:128]
+        scope = "read" if form.get("read_only") else "write"
+        token = await anyio.to_thread.run_sync(lambda: create_token(db, name or "web UI", scope=scope))
+        tokens = await anyio.to_thread.run_sync(list_tokens, db)
+        response = await render(request, "settings.html", status_code=201, tokens=tokens, new_token=token)
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @post("/settings/tokens/{token_id:str}/revoke", guards=[require_login])
+    async def revoke(self, request: Request, token_id: PathStr) -> Redirect:
+        if not await anyio.to_thread.run_sync(revoke_token, request.app.state.db, token_id[:32]):
+            raise NotFoundException("no such token")
+        return Redirect("/settings", status_code=303)
+
+
+def login_redirect(request: Request, exc: Exception) -> Response:
+    """No session: a page asked for with GET goes to the login form; anything else (a form post,
+    an archived file) is a 401."""
+    if request.method == "GET" and not request.url.path.startswith(("/api/", "/archive/", "/replay")):
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return Redirect(f"/login?{urlencode({'next': target})}", status_code=303)
+    return Response({"status_code": 401, "detail": "log in first"}, status_code=401)

@@ -1,0 +1,425 @@
+"""The web UI in-process (no NATS, no hooks): sessions, CSRF, guards, archived-file path checks and
+security headers, search and delete over the API. The browser drives a whole stack in
+``tests/test_web_ui.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from litestar.testing import TestClient
+
+from boxcar.ingest import accounts
+from boxcar.ingest.app import create_app
+from boxcar.ingest.auth import create_token
+from boxcar.result_projector import fulltext
+from boxcar.shared.clock import utcnow
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import ArchiveResult, Crawl, Process, Snapshot, Status
+from boxcar.shared.settings import Settings
+from boxcar.shared.storage import snapshot_dir
+
+PASSWORD = "correct horse battery"
+CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
+HOSTILE = b"<html><body><h1>hi</h1><script>fetch('/api/v1/crawls?c=' + document.cookie)</script></body></html>"
+
+
+@pytest.fixture
+def archive(db: Database, tmp_path: Path):
+    """A database with a user, a sealed snapshot (an HTML page, its text, a screenshot) and its
+    files, and a started one."""
+    data_dir = tmp_path / "data"
+    accounts.create_user(db, "alice", PASSWORD)
+    now = utcnow()
+    crawl = Crawl.new(user="system", first_url="http://site.test/", seed_count=2, now=now)
+    snaps = {}
+    with db.write() as s:
+        s.add(crawl)
+        s.flush()
+        for n, status in ((1, Status.SEALED), (2, Status.STARTED)):
+            sid = f"{n:032x}"
+            url = f"http://site.test/page{n}"
+            s.add(
+                Snapshot(
+                    id=sid,
+                    crawl_id=crawl.id,
+                    url=url,
+                    url_hash=f"{n:064x}",
+                    status=status,
+                    title=f"Page {n}",
+                    domain="site.test",
+                    output_dir=snapshot_dir("system", now, url, sid),
+                )
+            )
+            snaps[status] = sid
+        s.flush()
+        sealed = snaps[Status.SEALED]
+        for plugin, files in (
+            ("wget", {"site.test/page1.html": {"size": len(HOSTILE), "mimetype": "text/html"}}),
+            ("htmltotext", {"htmltotext.txt": {"size": 10, "mimetype": "text/plain"}}),
+            ("screenshot", {"screenshot.png": {"size": 8, "mimetype": "image/png"}}),
+        ):
+            s.add(
+                ArchiveResult(
+                    id=new_hex(plugin),
+                    snapshot_id=sealed,
+                    plugin=plugin,
+                    hook_name=f"on_Snapshot__{plugin}",
+                    status="succeeded",
+                    output_files=files,
+                    process_id=new_hex("p" + plugin),
+                )
+            )
+            s.add(Process(id=new_hex("p" + plugin), snapshot_id=sealed, plugin=plugin, stdout="ok"))
+    root = data_dir / snapshot_dir("system", now, "http://site.test/page1", sealed)
+    (root / "wget" / "site.test").mkdir(parents=True)
+    (root / "wget" / "site.test" / "page1.html").write_bytes(HOSTILE)
+    (root / "htmltotext").mkdir()
+    (root / "htmltotext" / "htmltotext.txt").write_text("The quick brown fox jumps over the lazy dog")
+    (root / "screenshot").mkdir()
+    (root / "screenshot" / "screenshot.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (root / "image.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>')
+    os.symlink("/etc/passwd", root / "passwd")
+    os.symlink(data_dir / "index.sqlite3", root / "wget" / "db")
+    (data_dir / "index.sqlite3").touch()
+    fulltext.index_snapshots(db, data_dir, [sealed])
+    return {
+        "db": db,
+        "data_dir": data_dir,
+        "sealed": sealed,
+        "started": snaps[Status.STARTED],
+        "root": root,
+        "crawl": crawl.id,
+    }
+
+
+def new_hex(seed: str) -> str:
+    import hashlib
+
+    return hashlib.md5(seed.encode()).hexdigest()
+
+
+def client(archive, base_url: str = "http://testserver.local", **settings) -> TestClient:
+    # no NATS here (a closed port): control requests answer 503, wake-ups are dropped
+    settings.setdefault("nats_url", "nats://127.0.0.1:9")
+    app = create_app(Settings(data_dir=archive["data_dir"], **settings), archive["db"])
+    return TestClient(app, base_url=base_url)
+
+
+def csrf(c: TestClient, path: str = "/login") -> str:
+    return CSRF.search(c.get(path).text).group(1)
+
+
+def log_in(c: TestClient) -> None:
+    response = c.post(
+        "/login",
+        data={"username": "alice", "password": PASSWORD, "_csrf_token": csrf(c), "next": "/"},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303, response.text
+
+
+def form_posts(archive) -> list[str]:
+    sid, cid = archive["sealed"], archive["crawl"]
+    return [
+        "/add",
+        f"/snapshots/{sid}/tags",
+        f"/snapshots/{sid}/delete",
+        f"/snapshots/{sid}/archive-again",
+        f"/crawls/{cid}/pause",
+        f"/crawls/{cid}/cancel",
+        "/feeds",
+        f"/feeds/{'0' * 32}/poll",
+        f"/feeds/{'0' * 32}/remove",
+        "/settings/tokens",
+        f"/settings/tokens/{'0' * 32}/revoke",
+    ]
+
+
+def test_without_a_session_every_form_post_and_write_endpoint_is_refused(archive):
+    with client(archive) as c:
+        token = csrf(c)  # a valid CSRF token, but nobody logged in
+        for path in form_posts(archive):
+            assert c.post(path, data={"_csrf_token": token, "urls": "http://a.test/"}).status_code == 401, path
+            assert c.post(path, data={"urls": "http://a.test/"}).status_code in (401, 403), path
+        for method, path in (
+            ("POST", "/api/v1/crawls"),
+            ("POST", "/api/v1/imports"),
+            ("DELETE", f"/api/v1/snapshots/{archive['sealed']}"),
+            ("POST", f"/api/v1/crawls/{archive['crawl']}/cancel"),
+            ("POST", "/api/v1/feeds"),
+        ):
+            assert c.request(method, path, json={"urls": ["http://a.test/"]}).status_code in (401, 403), path
+        assert c.get("/add", follow_redirects=False).headers["location"].startswith("/login?next=")
+        assert c.get("/", follow_redirects=False).status_code == 303  # PUBLIC_READS is off
+        assert c.get(f"/archive/{archive['sealed']}/screenshot/screenshot.png").status_code == 401
+    with db_still_there(archive):
+        pass
+
+
+class db_still_there:
+    """Nothing was deleted by the refused requests."""
+
+    def __init__(self, archive) -> None:
+        self.archive = archive
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self.archive["db"].read() as s:
+            assert s.get(Snapshot, self.archive["sealed"]) is not None
+
+
+def test_with_a_session_a_wrong_csrf_token_is_refused(archive):
+    with client(archive) as c:
+        log_in(c)
+        for path in form_posts(archive):
+            assert c.post(path, data={"_csrf_token": "x" * 64, "urls": "http://a.test/"}).status_code == 403, path
+            assert c.post(path, data={"urls": "http://a.test/"}).status_code == 403, path
+            assert c.post(path, data={"urls": "x"}, headers={"x-csrftoken": "forged"}).status_code == 403, path
+    with db_still_there(archive):
+        pass
+
+
+def test_session_cookie_flags_login_and_logout(archive):
+    with client(archive, base_url="https://boxcar.test") as c:
+        token = csrf(c)
+        bad = c.post("/login", data={"username": "alice", "password": "wrong", "_csrf_token": token})
+        assert bad.status_code == 401
+        ok = c.post(
+            "/login",
+            data={"username": "alice", "password": PASSWORD, "_csrf_token": token, "next": "//evil.test/"},
+            follow_redirects=False,
+        )
+        assert ok.headers["location"] == "/"  # never an open redirect
+        cookie = ok.headers["set-cookie"]
+        assert "boxcar_session=" in cookie and "HttpOnly" in cookie and "SameSite=lax" in cookie
+        assert "Secure" in cookie  # behind TLS
+        assert c.get("/settings").status_code == 200
+        assert c.post("/logout", data={"_csrf_token": csrf(c, "/settings")}, follow_redirects=False).status_code == 303
+        assert c.get("/settings", follow_redirects=False).status_code == 303
+    with archive["db"].read() as s:
+        from sqlalchemy import func, select
+
+        from boxcar.shared.db.models import UserSession
+
+        assert s.scalar(select(func.count()).select_from(UserSession)) == 0
+
+
+def test_csrf_cookie_is_httponly_and_pages_refuse_framing(archive):
+    with client(archive) as c:
+        response = c.get("/login")
+        assert "HttpOnly" in response.headers["set-cookie"]
+        assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_api_tokens_are_listed_and_revocable_on_the_settings_page(archive):
+    token = create_token(archive["db"], "script")
+    with client(archive) as c:
+        log_in(c)
+        assert c.get("/api/v1/status", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        page = c.get("/settings").text
+        assert "script" in page and token[:10] in page and token not in page
+        created = c.post("/settings/tokens", data={"name": "phone", "_csrf_token": csrf(c, "/settings")})
+        assert created.status_code == 201 and "bx_" in created.text
+        token_id = re.search(r"/settings/tokens/([0-9a-f]{32})/revoke", page).group(1)
+        c.post(f"/settings/tokens/{token_id}/revoke", data={"_csrf_token": csrf(c, "/settings")})
+        assert c.get("/api/v1/status", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../index.sqlite3",
+        "%2e%2e/%2e%2e/index.sqlite3",
+        "%2E%2E%2F%2E%2E%2Findex.sqlite3",
+        "wget/../../../../../index.sqlite3",
+        "passwd",  # a symlink to /etc/passwd planted in the snapshot dir
+        "wget/db",  # a symlink to the database
+        ".hidden",
+        "nothing.html",
+    ],
+)
+def test_archived_paths_stay_inside_the_snapshot_dir(archive, path):
+    with client(archive, public_reads=True) as c:
+        raw = f"/archive/{archive['sealed']}/{path}".encode()
+        response = _raw_get(c, raw)
+        assert response.status_code == 404, (path, response.status_code)
+        assert b"root:" not in response.content
+
+
+def _raw_get(c: TestClient, raw_path: bytes):
+    """GET with the path exactly as given (no client-side normalisation of dots or escapes)."""
+    import httpx
+
+    url = httpx.URL("http://testserver.local/").copy_with(raw_path=raw_path)
+    return c.get(url)
+
+
+def test_archived_files_are_sandboxed_by_the_security_mode(archive):
+    sid = archive["sealed"]
+    with client(archive, public_reads=True) as c:
+        page = c.get(f"/archive/{sid}/wget/site.test/page1.html")
+        assert page.status_code == 200 and page.content == HOSTILE
+        assert page.headers["content-type"].startswith("text/html")
+        csp = page.headers["content-security-policy"]
+        assert csp.startswith("sandbox") and "allow-scripts" not in csp and "allow-same-origin" not in csp
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert "inline" in page.headers["content-disposition"]
+        svg = c.get(f"/archive/{sid}/image.svg")
+        assert svg.headers["content-security-policy"].startswith("sandbox")
+        png = c.get(f"/archive/{sid}/screenshot/screenshot.png")
+        assert png.headers["content-type"] == "image/png"
+        text = c.get(f"/archive/{sid}/htmltotext/htmltotext.txt")
+        assert text.headers["content-type"].startswith("text/plain")
+    with client(archive, public_reads=True, archive_security_mode="sandboxed-scripts") as c:
+        csp = c.get(f"/archive/{sid}/wget/site.test/page1.html").headers["content-security-policy"]
+        assert "allow-scripts" in csp and "allow-same-origin" not in csp
+    with client(archive, public_reads=True, archive_security_mode="separate-origin", archive_port=8123) as c:
+        moved = c.get(f"/archive/{sid}/wget/site.test/page1.html", follow_redirects=False)
+        assert moved.status_code == 307
+        assert moved.headers["location"] == f"http://testserver.local:8123/archive/{sid}/wget/site.test/page1.html"
+
+
+def test_the_archive_origin_serves_files_and_nothing_else(archive):
+    from boxcar.ingest.app import create_archive_app
+
+    settings = Settings(data_dir=archive["data_dir"], public_reads=True, archive_security_mode="separate-origin")
+    with TestClient(create_archive_app(settings, archive["db"])) as c:
+        page = c.get(f"/archive/{archive['sealed']}/wget/site.test/page1.html")
+        assert page.status_code == 200
+        assert "allow-same-origin" in page.headers["content-security-policy"]  # its own origin, not Boxcar's
+        for path in ("/", "/api/v1/crawls", "/login", "/settings", f"/snapshots/{archive['sealed']}"):
+            assert c.get(path).status_code in (404, 405), path
+
+
+def test_public_reads_show_the_archive_but_never_change_it(archive):
+    with client(archive, public_reads=True) as c:
+        listing = c.get("/")
+        assert listing.status_code == 200 and "Page 1" in listing.text
+        assert c.get(f"/snapshots/{archive['sealed']}").status_code == 200
+        assert c.get("/add", follow_redirects=False).status_code == 303
+        assert c.post(f"/snapshots/{archive['sealed']}/delete", data={"_csrf_token": csrf(c)}).status_code == 401
+
+
+def test_search_api_and_list_filters(archive):
+    token = create_token(archive["db"], "t", scope="read")
+    auth = {"Authorization": f"Bearer {token}"}
+    with client(archive) as c:
+        found = c.get("/api/v1/search", params={"q": "brown fox jumps"}, headers=auth).json()
+        assert [i["id"] for i in found["items"]] == [archive["sealed"]]
+        assert "<mark>" in found["items"][0]["snippet_html"] and "fox" in found["items"][0]["snippet"]
+        assert c.get("/api/v1/search", params={"q": "brown fox", "tag": "nope"}, headers=auth).json()["items"] == []
+        log_in(c)
+        assert archive["sealed"] in c.get("/", params={"q": "lazy dog"}).text
+        assert archive["sealed"] not in c.get("/", params={"q": "lazy cat"}).text
+        assert archive["started"] in c.get("/", params={"status": "started"}).text
+        assert archive["sealed"] not in c.get("/", params={"status": "started"}).text
+        assert archive["sealed"] in c.get("/", params={"domain": "site.test"}).text
+        assert archive["sealed"] not in c.get("/", params={"domain": "other.test"}).text
+
+
+def test_tags_are_edited_on_the_snapshot_page(archive):
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, f"/snapshots/{archive['sealed']}")
+        response = c.post(
+            f"/snapshots/{archive['sealed']}/tags",
+            data={"tags": "news, birds", "_csrf_token": token},
+            headers={"hx-request": "true"},
+        )
+        assert response.status_code == 201 or response.status_code == 200
+        assert "birds" in response.text
+        assert archive["sealed"] in c.get("/", params={"tag": "birds"}).text
+        assert archive["sealed"] not in c.get("/", params={"tag": "cats"}).text
+
+
+def test_delete_removes_rows_files_and_search_entry_but_never_a_started_snapshot(archive):
+    token = create_token(archive["db"], "t")
+    auth = {"Authorization": f"Bearer {token}"}
+    with client(archive) as c:
+        assert c.delete(f"/api/v1/snapshots/{archive['started']}", headers=auth).status_code == 409
+        assert c.delete(f"/api/v1/snapshots/{archive['sealed']}", headers=auth).status_code == 204
+        assert c.delete(f"/api/v1/snapshots/{archive['sealed']}", headers=auth).status_code == 404
+        assert c.get("/api/v1/search", params={"q": "brown fox"}, headers=auth).json()["items"] == []
+    assert not archive["root"].exists()
+    assert (archive["data_dir"] / "index.sqlite3").exists()
+    with archive["db"].read() as s:
+        from sqlalchemy import select
+
+        assert s.get(Snapshot, archive["started"]) is not None
+        assert list(s.scalars(select(ArchiveResult.id).where(ArchiveResult.snapshot_id == archive["sealed"]))) == []
+        assert list(s.scalars(select(Process.id).where(Process.snapshot_id == archive["sealed"]))) == []
+
+
+def test_status_reports_disk_used_and_services(archive):
+    token = create_token(archive["db"], "t", scope="read")
+    with client(archive) as c:
+        state = c.get("/api/v1/status", headers={"Authorization": f"Bearer {token}"}).json()
+    assert state["disk_used_bytes"] > 0
+    assert state["services"]["ingest"] is True and "result-projector" in state["services"]
+    json.dumps(state)
+
+
+def test_add_page_takes_urls_or_an_import_file_and_shows_the_crawl(archive):
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, "/add")
+        bad = c.post("/add", data={"urls": "ftp://nope.test/", "depth": "0", "_csrf_token": token})
+        assert bad.status_code == 422 and "urls[0]" in bad.text
+        made = c.post(
+            "/add",
+            data={"urls": "", "depth": "1", "tags": "imported", "_csrf_token": token},
+            files={"file": ("bookmarks.html", b'<DL><DT><A HREF="https://x.example/a">A</A></DL>', "text/html")},
+            follow_redirects=False,
+        )
+        assert made.status_code == 303 and re.match(r"^/crawls/[0-9a-f]{32}$", made.headers["location"])
+        page = c.get(made.headers["location"])
+        assert page.status_code == 200 and 'id="crawl-status"' in page.text
+        assert c.post(f"{made.headers['location']}/pause", data={"_csrf_token": token}).status_code == 503  # no NATS
+
+
+def test_feeds_page_subscribes_and_removes(archive):
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, "/feeds")
+        made = c.post(
+            "/feeds",
+            data={"url": "https://news.example/feed.xml", "schedule": "daily", "_csrf_token": token},
+            follow_redirects=False,
+        )
+        assert made.status_code == 303
+        page = c.get("/feeds").text
+        assert "https://news.example/feed.xml" in page
+        feed_id = re.search(r"/feeds/([0-9a-f]{32})/remove", page).group(1)
+        assert c.post("/feeds", data={"url": "x", "schedule": "never", "_csrf_token": token}).status_code == 422
+        c.post(f"/feeds/{feed_id}/remove", data={"_csrf_token": token})
+        assert "https://news.example/feed.xml" not in c.get("/feeds").text
+
+
+def test_archive_again_makes_a_new_crawl_and_list_pages_continue(archive):
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, f"/snapshots/{archive['sealed']}")
+        again = c.post(
+            f"/snapshots/{archive['sealed']}/archive-again", data={"_csrf_token": token}, follow_redirects=False
+        )
+        assert again.status_code == 303
+        new_crawl = again.headers["location"].rsplit("/", 1)[1]
+        assert new_crawl != archive["crawl"]
+        with archive["db"].read() as s:
+            crawl = s.get(Crawl, new_crawl)
+            assert crawl.status == "queued" and crawl.seed_count == 1  # the runner takes it from here
+        first = c.get("/", params={"crawl_id": archive["crawl"]}).text
+        assert first.count('class="snapshot-row"') == 2 and "Older snapshots" not in first
+        from boxcar.ingest.library import SnapshotFilter, SnapshotLibrary
+
+        library = SnapshotLibrary(archive["db"], archive["data_dir"])
+        one = library.list(SnapshotFilter(), limit=1)
+        rest = c.get("/", params={"cursor": one.next_cursor}, headers={"hx-request": "true"})
+        assert rest.status_code == 200 and "<html" not in rest.text  # the rows alone, for htmx to append
+        assert rest.text.count('class="snapshot-row"') == 1 and one.rows[0].id not in rest.text

@@ -1,0 +1,324 @@
+"""The web UI in a real browser: Playwright drives Debian's Chromium (headless, the system binary:
+no browser download) against one embedded stack for the whole module.
+
+A person logs in, adds local pages on ``/add``, watches the crawl seal without reloading, finds a
+page by a phrase of its text, sees its screenshot, opens a hostile archived page whose script
+tries ``document.cookie`` and ``fetch('/api/v1/crawls')`` (neither reaches Boxcar), replays the
+WARC in ReplayWeb.page, and deletes a snapshot. With ``UI_SCREENSHOT_DIR`` set, every page is
+saved there as a PNG.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from boxcar.cli.stack import EmbeddedStack
+from boxcar.ingest import replay
+from boxcar.ingest.accounts import create_user
+from boxcar.shared.db import Database
+from boxcar.shared.settings import Settings
+from tests.helpers import load_crawl, wait_until
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (pip) is needed for browser tests")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PASSWORD = "a long enough password"
+PHRASE = "amber kestrel hovered above the quarry"
+ARTICLE = f"""<!doctype html><html><head><title>Kestrel field notes</title></head><body>
+<h1>Kestrel field notes</h1>
+<p>On the third morning the {PHRASE} meadow while the mist lifted from the river.</p>
+<p>Later a pair of wrens argued in the hawthorn, and nothing else happened worth writing down.</p>
+</body></html>"""
+HOSTILE = """<!doctype html><html><head><title>Harmless looking page</title></head><body>
+<p id="static">A page with a script that wants Boxcar's cookies and API.</p>
+<script>
+  document.title = "PWNED";
+  var stolen = "";
+  try { stolen = document.cookie; } catch (e) { stolen = "threw " + e.name; }
+  fetch("/api/v1/crawls?stolen=" + encodeURIComponent(stolen), {credentials: "include"}).catch(function () {});
+  document.body.insertAdjacentHTML("beforeend", '<p id="ran">script ran</p>');
+</script>
+</body></html>"""
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[str]:
+    """Two local pages: an article with a distinctive phrase, and a hostile page."""
+    root = tmp_path_factory.mktemp("site")
+    (root / "article.html").write_text(ARTICLE)
+    (root / "hostile.html").write_text(HOSTILE)
+    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, lib_dir: Path) -> Iterator[EmbeddedStack]:
+    """One embedded stack (SQLite, its own NATS) for every test of this module, with a user."""
+    data_dir = tmp_path_factory.mktemp("ui") / "data"
+    with pytest.MonkeyPatch.context() as env:
+        for key in ("DATABASE_URL", "NATS_URL", "PUBLIC_READS", "ARCHIVE_PORT", "ARCHIVE_SECURITY_MODE"):
+            env.delenv(key, raising=False)
+        env.setenv("ABXPKG_LIB_DIR", str(lib_dir))
+        env.setenv("URL_ALLOW_PRIVATE", "true")  # the test site is on 127.0.0.1
+        env.setenv("PLUGINS", "chrome,title,screenshot,dom,wget,htmltotext")
+        settings = Settings(data_dir=data_dir)
+        try:
+            replay.provision(settings)
+        except RuntimeError as exc:
+            pytest.skip(f"ReplayWeb.page not available: {exc}")
+        db = Database(settings.sqlalchemy_url)
+        db.upgrade()
+        create_user(db, "alice", PASSWORD)
+        db.dispose()
+        stack = EmbeddedStack(settings)
+        stack.start(timeout=120)
+        try:
+            yield stack
+        finally:
+            stack.stop(grace=20)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, stack):
+    """One logged-in browser tab for the module (the session cookie is kept between tests)."""
+    context = browser.new_context(base_url=stack.api_url, viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.set_default_timeout(30_000)
+    yield tab
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def state() -> dict:
+    """What one test leaves for the next (crawl and snapshot ids)."""
+    return {}
+
+
+def shot(page, name: str) -> None:
+    """Save a PNG of the page under UI_SCREENSHOT_DIR when it is set."""
+    folder = os.environ.get("UI_SCREENSHOT_DIR")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def test_log_in_add_urls_and_watch_the_crawl_seal_without_a_reload(page, stack, site, state):
+    page.goto("/")
+    assert "/login" in page.url  # nothing is shown without a login (PUBLIC_READS is off)
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", PASSWORD)
+    shot(page, "01-login")
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"/$"))
+    cookie = next(c for c in page.context.cookies() if c["name"] == "boxcar_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
+
+    page.goto("/add")
+    page.fill("textarea[name=urls]", f"{site}/article.html\n{site}/hostile.html")
+    page.fill("input[name=tags]", "birds")
+    shot(page, "02-add")
+    page.click("#submit")
+    page.wait_for_url(re.compile(r"/crawls/[0-9a-f]{32}$"))
+    state["crawl_id"] = page.url.rsplit("/", 1)[1]
+    page.evaluate("window.__sameDocument = true")  # gone if the page were reloaded
+    page.wait_for_function(
+        "document.querySelector('#crawl-status')?.textContent.trim() === 'sealed'"
+        " && !document.querySelector('#progress[hx-trigger]')",
+        timeout=300_000,
+    )
+    assert page.evaluate("window.__sameDocument") is True
+    assert page.inner_text("#snapshots-sealed") == "2"
+    shot(page, "03-crawl-sealed")
+
+    _, snaps, results = load_crawl(Database(stack.settings.sqlalchemy_url), state["crawl_id"])
+    by_url = {s.url: s.id for s in snaps}
+    state["article"], state["hostile"] = by_url[f"{site}/article.html"], by_url[f"{site}/hostile.html"]
+    assert any(r.plugin == "htmltotext" and r.status == "succeeded" for r in results)
+
+
+def test_find_the_page_by_a_phrase_of_its_text(page, state):
+    page.fill("header input[name=q]", "kestrel hovered above the quarry")
+    page.press("header input[name=q]", "Enter")
+    page.wait_for_url(re.compile(r"\?q="))
+    first = page.locator("tr.snapshot-row").first
+    assert first.get_attribute("data-id") == state["article"]
+    assert "Kestrel field notes" in first.inner_text()
+    assert page.locator("tr.snapshot-row .snippet mark").count() >= 1
+    shot(page, "04-search")
+
+
+def test_the_snapshot_page_shows_its_screenshot(page, state):
+    page.goto("/")
+    row = page.locator(f"tr.snapshot-row[data-id='{state['article']}']")
+    assert "birds" in row.inner_text() and "200" in row.inner_text()
+    page.wait_for_function(f"document.querySelector(\"tr[data-id='{state['article']}'] img.thumb\")?.naturalWidth > 0")
+    shot(page, "05-list")
+    page.goto(f"/snapshots/{state['article']}")
+    page.wait_for_function("document.querySelector('#screenshot')?.complete")
+    assert page.evaluate("document.querySelector('#screenshot').naturalWidth") > 0
+    for view in ("#view-wget", "#view-dom", "#view-htmltotext", "#download-warc", "#replay"):
+        assert page.locator(view).count() == 1, view
+    shot(page, "06-snapshot")
+
+
+def requests_into(urls: list[str]):
+    """A request listener that records each request's URL into ``urls``."""
+    return lambda request: urls.append(request.url)
+
+
+def test_a_hostile_archived_page_never_reaches_boxcar(page, stack, state):
+    page.goto(f"/snapshots/{state['hostile']}")
+    views = [page.get_attribute(v, "href") for v in ("#view-wget", "#view-dom")]
+    assert all(views), views
+    for href in views:
+        requests: list[str] = []
+        listener = requests_into(requests)
+        page.on("request", listener)
+        response = page.goto(href)
+        assert response.status == 200
+        assert response.headers["content-security-policy"].startswith("sandbox")
+        assert page.locator("#static").count() == 1  # the archived page is shown …
+        time.sleep(1.5)  # … and had time to run a script, if it could
+        page.remove_listener("request", listener)
+        assert page.locator("#ran").count() == 0 or href.endswith("output.html")
+        assert page.evaluate("document.title") != "PWNED" or href.endswith("output.html")
+        assert not [u for u in requests if "/api/" in u], requests  # no fetch left the page
+        shot(page, "07-hostile-" + ("dom" if href.endswith("output.html") else "wget"))
+    # the browser holds a live session for the whole test: it was never available to the page
+    assert any(c["name"] == "boxcar_session" for c in page.context.cookies())
+
+
+def test_replay_shows_the_captured_page(page, state):
+    page.goto(f"/snapshots/{state['article']}")
+    page.click("#replay")
+    page.wait_for_url(re.compile(r"/replay$"))
+    frame_src = page.get_attribute("#replay-frame", "src")
+    assert not frame_src.startswith(page.url.split("/snapshots")[0])  # another origin than Boxcar's
+
+    def replayed() -> bool:
+        for frame in page.frames:
+            try:
+                if PHRASE in (frame.evaluate("document.body ? document.body.innerText : ''") or ""):
+                    return True
+            except playwright_api.Error:
+                continue
+        return False
+
+    wait_until(replayed, 90, "the replayed page's text inside ReplayWeb.page")
+    shot(page, "08-replay")
+
+
+def test_delete_a_snapshot_and_it_is_gone_from_list_and_search(page, state):
+    page.goto(f"/snapshots/{state['article']}")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete")
+    page.wait_for_url(re.compile(r"/\?deleted=1$"))
+    assert page.locator(f"tr[data-id='{state['article']}']").count() == 0
+    assert page.locator(f"tr[data-id='{state['hostile']}']").count() == 1
+    shot(page, "09-deleted")
+    page.goto("/?q=" + "+".join(PHRASE.split()))
+    assert page.locator("tr.snapshot-row").count() == 0
+    assert page.goto(f"/snapshots/{state['article']}").status == 404
+
+
+@pytest.fixture
+def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Ingest alone (no stack) in ``sandboxed-scripts`` mode on a free port, with a user and one
+    archived copy of the hostile page; yields (base URL, the archived page's path)."""
+    import uvicorn
+
+    from boxcar.cli.stack import free_port, wait_for_port
+    from boxcar.ingest.app import create_app
+    from boxcar.shared.clock import utcnow
+    from boxcar.shared.db.models import Crawl, Snapshot, Status
+    from boxcar.shared.storage import snapshot_dir
+
+    settings = Settings(
+        data_dir=tmp_path / "data", archive_security_mode="sandboxed-scripts", nats_url="nats://127.0.0.1:9"
+    )
+    db = Database(settings.sqlalchemy_url)
+    db.upgrade()
+    create_user(db, "alice", PASSWORD)
+    now = utcnow()
+    crawl = Crawl.new(user="system", first_url="http://h.test/", seed_count=1, now=now)
+    out = snapshot_dir("system", now, "http://h.test/", "a" * 32)
+    with db.write() as s:
+        s.add(crawl)
+        s.flush()
+        s.add(Snapshot(id="a" * 32, crawl_id=crawl.id, url="http://h.test/", url_hash="a" * 64,
+                       status=Status.SEALED, output_dir=out))  # fmt: skip
+    (settings.data_dir / out / "wget").mkdir(parents=True)
+    (settings.data_dir / out / "wget" / "index.html").write_text(HOSTILE)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, db), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for_port(port, 20)
+    yield f"http://127.0.0.1:{port}", f"/archive/{'a' * 32}/wget/index.html"
+    server.should_exit = True
+    thread.join(10)
+    db.dispose()
+
+
+def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(browser, sandboxed_server):
+    base, path = sandboxed_server
+    context = browser.new_context(base_url=base)
+    tab = context.new_page()
+    tab.goto("/login")
+    tab.fill("input[name=username]", "alice")
+    tab.fill("input[name=password]", PASSWORD)
+    tab.click("button[type=submit]")
+    tab.wait_for_url(re.compile(r"/$"))
+    sent: list = []
+    tab.on("request", lambda request: sent.append(request) if "/api/" in request.url else None)
+    tab.goto(path)
+    tab.wait_for_selector("#ran")  # this mode lets the page's script run …
+    wait_until(lambda: sent, 10, "the page's fetch")
+    request = sent[0]
+    assert "stolen=threw" in request.url  # … but document.cookie throws in its opaque origin
+    assert "cookie" not in request.all_headers()  # and its request carries none of Boxcar's cookies
+    assert any(c["name"] == "boxcar_session" for c in context.cookies())  # though the browser holds one
+    shot(tab, "10-sandboxed-scripts")
+    context.close()
+
+
+def test_status_says_which_services_are_alive(stack):
+    import json
+
+    from click.testing import CliRunner
+
+    from boxcar.cli.main import cli
+    from tests.helpers import api
+
+    def alive():
+        state = api(stack).get("/api/v1/status").json()
+        return state if all(state["services"].values()) else None
+
+    state = wait_until(alive, 20, "every service to be seen alive")
+    assert set(state["services"]) == {"ingest", "nats", "crawl-runner", "result-projector"}
+    assert state["disk_used_bytes"] > 0
+    out = CliRunner().invoke(cli, ["status", "--json", "--api", stack.api_url, "--token", stack.token])
+    assert out.exit_code == 0 and json.loads(out.output)["services"]["result-projector"] is True
