@@ -90,7 +90,7 @@ class BoxcarClient:
         return self._call("POST", f"/api/v1/feeds/{feed_id}/{action}")
 
     def wait(
-        self, crawl_id: str, *, console: Console, poll: float = 0.5, timeout: float | None = None, on_tick=None
+        self, crawl_id: str, *, console: Console, poll: float = 0.2, timeout: float | None = None, on_tick=None
     ) -> dict[str, Any]:
         """Show live progress until the crawl is sealed and all its results are projected.
 

@@ -415,13 +415,15 @@ async def consume(
                 waiter.cancel()
             continue
         try:
-            msgs = await sub.fetch(want, timeout=1)
+            msgs = await _fetch_unless_stopped(sub, want, stop)
         except TimeoutError:
             continue
         except Exception as exc:  # connection blips: nats-py reconnects underneath
             log.warning("%s: fetch failed: %s", consumer, _short(exc))
             await asyncio.sleep(1)
             continue
+        if msgs is None:  # stopping
+            break
         if batch_handler is not None and len(msgs) > 1:
             try:
                 await batch_handler(msgs)
@@ -444,6 +446,24 @@ async def consume(
         for job in pending:
             job.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+#: Seconds one pull request waits for messages: long, so an idle service costs next to nothing
+#: (a shutdown does not wait for it: ``stop`` ends the wait).
+FETCH_WAIT = 5.0
+
+
+async def _fetch_unless_stopped(sub, want: int, stop: asyncio.Event):
+    """``sub.fetch`` for up to ``FETCH_WAIT`` seconds; None as soon as ``stop`` is set."""
+    fetch = asyncio.create_task(sub.fetch(want, timeout=FETCH_WAIT))
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({fetch, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+    if not fetch.done():
+        fetch.cancel()
+        await asyncio.gather(fetch, return_exceptions=True)
+        return None
+    return fetch.result()
 
 
 async def _give_up(js: JetStreamContext, consumer: str, msg, exc: BaseException, on_dead) -> None:
