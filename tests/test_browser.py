@@ -51,16 +51,23 @@ def og_title(html: str) -> str | None:
     return parser.found or None
 
 
-def browser_processes(worker_prefix: str = "browser-", main_only: bool = False) -> list[psutil.Process]:
-    """Chromium processes (crash handlers included) started by a browser-family executor: they
-    inherit its worker id. ``main_only``: one per browser (no renderers, zygotes, crash handlers)."""
+def browser_processes(data_dir: Path, worker_prefix: str = "browser-", main_only: bool = False) -> list[psutil.Process]:
+    """Chromium processes (crash handlers included) started by a browser-family executor of the
+    stack on ``data_dir``: they inherit its worker id and DATA_DIR (other stacks on the machine,
+    such as a parallel test run, are not counted). ``main_only``: one per browser (no renderers,
+    zygotes, crash handlers)."""
     out = []
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             name = proc.info["name"] or ""
             if main_only and (name != "chromium" or any(a.startswith("--type=") for a in proc.info["cmdline"] or [])):
                 continue
-            if "chrom" in name and proc.environ().get(WORKER_ENV, "").startswith(worker_prefix):
+            if "chrom" not in name:
+                continue
+            environ = proc.environ()
+            if environ.get(WORKER_ENV, "").startswith(worker_prefix) and environ.get("DATA_DIR") == str(
+                data_dir.resolve()
+            ):
                 out.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -104,7 +111,7 @@ def test_no_browser_survives_a_sigkilled_executor(pg_url, nats_url, make_stack, 
     crawl_id = submit(stack, urls=pages)
 
     mid_crawl = wait_until(
-        lambda: [p for p in browser_processes() if "--type=" not in " ".join(p.cmdline())],
+        lambda: [p for p in browser_processes(stack.data_dir) if "--type=" not in " ".join(p.cmdline())],
         300,
         "the browser executor's Chromium",
     )
@@ -113,11 +120,11 @@ def test_no_browser_survives_a_sigkilled_executor(pg_url, nats_url, make_stack, 
     executor.proc.wait(10)
     # Chromium is detached by the launch hook: it usually outlives the SIGKILL (then only the restarted
     # executor's sweep removes it), though sometimes it exits on its own when its parent's pipes close.
-    print("processes of the killed worker right after SIGKILL:", len(browser_processes(killed_worker)))
+    print("processes of the killed worker right after SIGKILL:", len(browser_processes(stack.data_dir, killed_worker)))
     assert stack.supervise_once() == ["hook-executor-browser"]  # what `boxcar up` does: restart it
 
     wait_sealed(stack, crawl_id, timeout=600)
-    assert browser_processes(killed_worker) == [], "processes of the killed worker survived its restart"
+    assert browser_processes(stack.data_dir, killed_worker) == [], "processes of the killed worker survived its restart"
     hook_procs = [p for p in psutil.process_iter() if _env(p).get(WORKER_ENV) == killed_worker]
     assert hook_procs == []
     _, snaps, results = load_crawl(Database(pg_url), crawl_id)
@@ -143,7 +150,7 @@ def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, co
 
     def sample() -> None:
         while not stop.is_set():
-            browsers = browser_processes(main_only=True)
+            browsers = browser_processes(stack.data_dir, main_only=True)
             peak[0] = max(peak[0], len(browsers))
             mains.update(p.pid for p in browsers)
             stop.wait(0.1)
