@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 
 import msgspec
+from nats.js.errors import NotFoundError
 from sqlalchemy import func, select
 
 from boxcar.shared import bus
@@ -58,9 +59,13 @@ def counts(db: Database) -> tuple[dict[str, int], dict[str, int], int]:
 
 
 async def family_status(js, families: FamilyTable) -> dict[str, FamilyStatus]:
-    """Per family, from the TASKS stream and its durable consumer."""
-    info = await js.stream_info(bus.TASKS_STREAM, subjects_filter="tasks.hooks.>")
-    queued = dict(info.state.subjects or {})
+    """Per family, from the TASKS stream and its durable consumer (a stream not created yet, as
+    before the crawl-runner's first start, is nothing queued)."""
+    try:
+        info = await js.stream_info(bus.TASKS_STREAM, subjects_filter="tasks.hooks.>")
+        queued = dict(info.state.subjects or {})
+    except NotFoundError:
+        queued = {}
     out = {}
     for name in families.families:
         try:
@@ -70,7 +75,7 @@ async def family_status(js, families: FamilyTable) -> dict[str, FamilyStatus]:
                 consumer.num_ack_pending or 0,
                 consumer.num_waiting or 0,
             )
-        except Exception:  # no consumer yet: no executor of this family ever started
+        except NotFoundError:  # no consumer yet: no executor of this family ever started
             pending, in_progress, waiting = queued.get(bus.task_subject(name), 0), 0, 0
         out[name] = FamilyStatus(pending, in_progress, waiting, alive=waiting > 0 or in_progress > 0)
     return out
@@ -87,7 +92,7 @@ async def services_alive(js) -> dict[str, bool]:
         try:
             info = await js.consumer_info(stream, consumer)
             out[name] = bool((info.num_waiting or 0) or (info.num_ack_pending or 0))
-        except Exception:  # never started
+        except NotFoundError:  # never started
             out[name] = False
     return out
 

@@ -423,3 +423,16 @@ def test_archive_again_makes_a_new_crawl_and_list_pages_continue(archive):
         rest = c.get("/", params={"cursor": one.next_cursor}, headers={"hx-request": "true"})
         assert rest.status_code == 200 and "<html" not in rest.text  # the rows alone, for htmx to append
         assert rest.text.count('class="snapshot-row"') == 1 and one.rows[0].id not in rest.text
+
+
+def test_status_answers_before_any_stream_exists(archive, nats_url):
+    """A fresh NATS (no TASKS or EVENTS stream yet: nothing but ingest ever started) is a stack
+    with nothing queued, not a server error."""
+    token = create_token(archive["db"], "t", scope="read")
+    with client(archive, nats_url=nats_url) as c:
+        response = c.get("/api/v1/status", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.text
+    state = response.json()
+    assert state["nats"] is True and state["stalled_families"] == []
+    assert all(f["pending"] == 0 for f in state["families"].values())
+    assert state["services"]["crawl-runner"] is False
