@@ -44,6 +44,8 @@ lint: install
 
 bench: install
 	$(PY) bench/bench_pipeline.py
+	$(PY) bench/bench_stack.py
+	$(PY) bench/bench_claims.py
 	$(PY) bench/bench_ui_list.py
 
 clean:
