@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -351,21 +352,25 @@ class Stack:
         return state.stdout.strip() == "healthy"
 
     def wait_healthy(self, services: list[str] | None = None, timeout: float = 300) -> float:
-        """Wait until every running container (of ``services``) with a healthcheck passes it."""
+        """Wait until every running container (of ``services``) with a healthcheck passes it.
+        Containers are checked in parallel; one that passed is not checked again."""
         started = time.monotonic()
+        passed: set[str] = set()
         pending: dict[str, dict] = {}
-        while True:
-            found = [c for c in self.containers() if services is None or self.service_of(c) in services]
-            pending = {
-                c["Name"].lstrip("/"): c
-                for c in found
-                if self.has_healthcheck(c) and (not c["State"].get("Running") or not self.healthy(c))
-            }
-            if found and not pending:
-                return time.monotonic() - started
-            if time.monotonic() - started > timeout:
-                break
-            time.sleep(2)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            while True:
+                found = [c for c in self.containers() if services is None or self.service_of(c) in services]
+                todo = [
+                    c for c in found if self.has_healthcheck(c) and c["Id"] not in passed and c["State"].get("Running")
+                ]
+                results = list(pool.map(self.healthy, todo))
+                passed.update(c["Id"] for i, c in enumerate(todo) if results[i])
+                pending = {c["Name"].lstrip("/"): c for c in found if self.has_healthcheck(c) and c["Id"] not in passed}
+                if found and not pending:
+                    return time.monotonic() - started
+                if time.monotonic() - started > timeout:
+                    break
+                time.sleep(1)
         for name, c in pending.items():
             logs = self.engine("logs", "--tail", "30", c["Id"], capture=True, check=False)
             say(f"{name}: {c['State'].get('Status')}, not healthy; its last lines:\n{logs.stdout}{logs.stderr}")

@@ -210,8 +210,11 @@ def test(stack: Stack, summary: dict) -> None:
         wait_crawl(api, crawl_id, 300, until=lambda c: c["results"].get("succeeded", 0) > 0)
         before = {c["Id"] for c in stack.containers(SCALED)}
         step(f"scaling {SCALED} to 3")
+        scaling = time.monotonic()
         stack.scale(SCALED, 3)
+        created = time.monotonic() - scaling
         stack.wait_healthy([SCALED], timeout=120)
+        step(f"scaled: replicas created in {created:.0f}s, healthy {time.monotonic() - scaling:.0f}s after the scale")
         new = [c for c in stack.containers(SCALED, running=True) if c["Id"] not in before]
         if len(new) != 2:
             raise Failed(f"expected 2 new {SCALED} replicas, found {len(new)}")

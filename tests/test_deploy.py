@@ -108,7 +108,7 @@ def test_base_image_defaults_agree():
     """The Dockerfile's default base is an official Python >= 3.12 image, and Compose's default is
     the same; the local override builds on deploy/build-base.sh's image."""
     default = re.search(r"^ARG BASE_IMAGE=(\S+)$", (REPO / "deploy/Dockerfile").read_text(), re.MULTILINE).group(1)
-    assert re.fullmatch(r"python:3\.1[2-4]-slim\S*", default), default
+    assert re.fullmatch(r"docker\.io/library/python:3\.1[2-4]-slim\S*", default), default
     args = COMPOSE["x-boxcar"]["build"]["args"]
     assert args["BASE_IMAGE"] == f"${{BOXCAR_BASE_IMAGE:-{default}}}"
     assert (
