@@ -390,6 +390,9 @@ class Stack:
         if build:
             self.build()
         started = time.monotonic()
+        # every service back to the file's one replica, as `docker compose up` does (podman-compose
+        # would leave replicas added by --scale running with their old configuration)
+        self.remove(self.scaled_replicas())
         services = self.services()
         infra = [s for s in ("nats", "postgres") if s in services]
         self.compose("up", "-d", "--no-deps", *infra)
@@ -416,12 +419,7 @@ class Stack:
         """Stop and remove every container of the project (and with ``volumes`` its volumes).
         podman-compose's `down` knows only the replicas the file declares, so replicas added with
         `--scale` are removed here first, and anything still left after it by the project label."""
-        scaled = [
-            c["Id"]
-            for c in self.containers()
-            if (c["Config"].get("Labels") or {}).get("com.docker.compose.container-number", "1") != "1"
-        ]
-        self.remove(scaled)
+        self.remove(self.scaled_replicas())
         self.compose("down", "-t", "10", *(["-v"] if volumes else []))
         self.remove([c["Id"] for c in self.containers()])
         if volumes:
@@ -430,6 +428,14 @@ class Stack:
                 self.engine("volume", "rm", "-f", *left, log=True)
         if self.engine.name == "podman" and works(["podman", "network", "exists", f"{self.project}_default"]):
             self.engine("network", "rm", f"{self.project}_default", check=False, log=True)
+
+    def scaled_replicas(self) -> list[str]:
+        """Ids of the containers beyond each service's first (added with --scale)."""
+        return [
+            c["Id"]
+            for c in self.containers()
+            if (c["Config"].get("Labels") or {}).get("com.docker.compose.container-number", "1") != "1"
+        ]
 
     def remove(self, ids: list[str]) -> None:
         if ids:
@@ -486,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     local = False if args.registry else None
-    LOG.write_text("")
+    if args.command in ("setup", "build", "up", "down", "scale"):
+        LOG.write_text("")
     try:
         needs_base = args.command in ("setup", "build", "up") and not args.registry
         engine = detect_engine(install=args.command in ("setup", "build", "up"), need_debootstrap=needs_base)

@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compose import REPO, Failed, Stack, detect_engine, mb  # noqa: E402
+from compose import LOG, REPO, Failed, Stack, detect_engine, mb  # noqa: E402
 
 PROJECT = "boxcar-test"
 PAGES = int(os.environ.get("BOXCAR_COMPOSE_PAGES", "20"))
@@ -311,6 +311,7 @@ def main() -> int:
     os.environ["URL_ALLOW_PRIVATE"] = "true"  # the corpus is on the gateway, a private address
     summary: dict = {}
     stack = None
+    LOG.write_text("")
     try:
         stack = Stack(detect_engine(install=True), PROJECT, local=None)
         test(stack, summary)
