@@ -354,7 +354,7 @@ class Stack:
     def wait_healthy(self, services: list[str] | None = None, timeout: float = 300) -> float:
         """Wait until every running container (of ``services``) with a healthcheck passes it.
         Containers are checked in parallel; one that passed is not checked again."""
-        started = time.monotonic()
+        started = reported = time.monotonic()
         passed: set[str] = set()
         pending: dict[str, dict] = {}
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -370,6 +370,9 @@ class Stack:
                     return time.monotonic() - started
                 if time.monotonic() - started > timeout:
                     break
+                if time.monotonic() - reported > 30:
+                    say(f"waiting for the healthchecks of {', '.join(sorted(pending))}")
+                    reported = time.monotonic()
                 time.sleep(1)
         for name, c in pending.items():
             logs = self.engine("logs", "--tail", "30", c["Id"], capture=True, check=False)
