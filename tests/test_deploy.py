@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -140,6 +142,24 @@ def test_defaults_are_safe_for_a_homelab():
         assert COMPOSE["services"][name]["profiles"] == ["tracing"]
     for name, svc in boxcar_services().items():
         assert svc["restart"] == ("no" if name == "migrate" else "unless-stopped"), name
+
+
+def test_heartbeat_healthcheck_agrees_with_the_services(tmp_path):
+    """The services' healthcheck passes on a fresh heartbeat file and fails on a stale or missing
+    one, as boxcar.shared.service.check_health does."""
+    from boxcar.shared.service import check_health
+
+    test = COMPOSE["x-boxcar"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"]
+    health = tmp_path / "health"
+    for age, healthy in ((1, True), (40, False), (None, False)):
+        if age is None:
+            health.unlink()
+        else:
+            health.write_text(str(time.time() - age))
+        env = {"HEALTH_FILE": str(health), "PATH": "/usr/bin:/bin"}
+        proc = subprocess.run([sys.executable, *test[2:]], env=env, capture_output=True)
+        assert (proc.returncode == 0) is healthy is check_health(str(health)), (age, proc.stderr)
 
 
 def load_compose_script():
