@@ -268,6 +268,13 @@ def test(stack: Stack, summary: dict) -> None:
         if len(snapshots) != len(urls):
             raise Failed(f"{len(snapshots)} snapshots for {len(urls)} URLs")
         check_snapshots(snapshots)
+        failed: dict[str, list[str]] = {}
+        for snap in snapshots:
+            for r in snap["results"]:
+                if r["status"] == "failed":
+                    failed.setdefault(r["plugin"], []).append((r["notes"] or r["output_str"] or "")[:160])
+        for plugin, notes in sorted(failed.items()):
+            step(f"failed results (reported, not checked): {plugin} x{len(notes)}, e.g. {notes[0]!r}")
         summary["sealed"] = f"{len(snapshots)}/{len(urls)}"
         step(
             f"crawl sealed: {len(snapshots)} snapshots, each with wget, {', '.join(BROWSER_PLUGINS)} succeeded; "
