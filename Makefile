@@ -1,12 +1,17 @@
 # Boxcar: two commands do all the set-up on a fresh machine.
 #   make run            archive the bundled demo site (offline), or: make run URLS="https://… https://…"
-#   make test           the whole test suite (real NATS JetStream, Postgres, SQLite, hooks, local sites)
+#   make test           the whole test suite (real NATS JetStream, Postgres, SQLite, hooks, local sites),
+#                       then make compose-test
+# The homelab stack (Docker Compose or podman-compose, whichever is here; README: "Docker Compose"):
+#   make compose-up     build the images, start the stack, wait for every healthcheck
+#   make compose-down   stop it (the archive stays in its volumes)
+#   make compose-test   build, start, archive, scale, kill, restart, down/up, down -v: one summary line
 SHELL := /bin/sh
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install system-deps up lint bench clean
+.PHONY: run test install system-deps up lint bench clean compose-up compose-down compose-test
 
 run: install
 	$(VENV)/bin/boxcar install
@@ -14,6 +19,7 @@ run: install
 
 test: install
 	$(VENV)/bin/pytest
+	$(MAKE) compose-test
 
 up: install
 	$(VENV)/bin/boxcar up
@@ -38,6 +44,17 @@ system-deps:
 	     echo "installing$$missing with apt-get"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	   else echo "error: missing$$missing; install with your package manager (e.g. sudo apt-get install$$missing)"; exit 1; fi; \
 	 fi
+
+# The compose scripts use only the standard library: the host's python3 (>= 3.9) runs them, no venv.
+PYTHON3 ?= python3
+compose-up:
+	$(PYTHON3) scripts/compose.py up
+
+compose-down:
+	$(PYTHON3) scripts/compose.py down
+
+compose-test:
+	$(PYTHON3) scripts/compose_test.py
 
 lint: install
 	$(VENV)/bin/ruff check .

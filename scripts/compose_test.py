@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""`make compose-test`: Boxcar's Compose stack built, started, used, scaled, killed and restarted.
+
+1. Images (scripts/compose.py: base from Debian packages when absent, Boxcar, Postgres, NATS).
+2. The stack up as its own project (`boxcar-test`, API on a free 127.0.0.1 port), every
+   healthcheck passing; a write token made in the ingest container (`boxcar token create`).
+3. 20 pages of ../shared/corpus served on the host, on the stack network's gateway address, and
+   archived through the API (`POST /api/v1/crawls`), with URL_ALLOW_PRIVATE=true (the gateway is a
+   private address; docker-compose.yml's default stays false).
+4. Mid-crawl: `--scale hook-executor-fetch=3`; the new replicas must take tasks (their container
+   hostnames in the Process rows' `machine`). Then the browser executor's container gets SIGKILL
+   (its main process, from the host, as a crash would) and must come back by its restart policy.
+5. The crawl seals: every snapshot sealed with wget, screenshot, DOM and PDF results succeeded.
+6. `down`, then `up`: every snapshot and every archived file is still there (named volumes).
+7. `down -v`: no container or volume of the project is left.
+
+Ends with one summary line. Stdlib only; run as root where podman must be installed.
+Environment: BOXCAR_SHARED_DIR (default ../shared), BOXCAR_COMPOSE_KEEP=1 (leave the stack up
+when a step fails), BOXCAR_COMPOSE_PAGES (default 20).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compose import LOG, REPO, Failed, Stack, detect_engine, mb  # noqa: E402
+
+PROJECT = "boxcar-test"
+PAGES = int(os.environ.get("BOXCAR_COMPOSE_PAGES", "20"))
+SCALED = "hook-executor-fetch"
+KILLED = "hook-executor-browser"
+BROWSER_PLUGINS = ("screenshot", "dom", "pdf")
+T0 = time.monotonic()
+
+
+def step(message: str) -> None:
+    print(f"[compose-test {time.monotonic() - T0:5.0f}s] {message}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Api:
+    def __init__(self, base: str, token: str = "") -> None:
+        self.base = base
+        self.token = token
+
+    def __call__(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            raise Failed(f"{method} {path}: {exc.code} {exc.read()[:500]!r}") from None
+
+    def snapshots(self, crawl_id: str) -> list[dict]:
+        items: list[dict] = []
+        while True:
+            page = self("GET", f"/api/v1/snapshots?crawl_id={crawl_id}&limit=100&offset={len(items)}")
+            items += page["items"]
+            if not page["items"] or len(items) >= page["total"]:
+                return items
+
+
+def shared_dir() -> Path:
+    path = Path(os.environ.get("BOXCAR_SHARED_DIR") or REPO.parent / "shared")
+    if not (path / "corpus" / "serve.py").exists():
+        raise Failed(f"no corpus at {path}/corpus/serve.py (set BOXCAR_SHARED_DIR)")
+    return path
+
+
+def gateway(stack: Stack) -> str:
+    info = json.loads(stack.engine("network", "inspect", f"{stack.project}_default", capture=True).stdout)[0]
+    for subnet in info.get("subnets") or []:  # podman
+        if subnet.get("gateway") and ":" not in subnet["gateway"]:
+            return subnet["gateway"]
+    for config in (info.get("IPAM") or {}).get("Config") or []:  # docker
+        if config.get("Gateway") and ":" not in config["Gateway"]:
+            return config["Gateway"]
+    raise Failed(f"no IPv4 gateway on {stack.project}_default")
+
+
+def serve_corpus(address: str) -> tuple[subprocess.Popen, int]:
+    """serve.py on the network's gateway address (reachable from the containers, not beyond)."""
+    workdir = Path(tempfile.mkdtemp(prefix="boxcar-compose-corpus-"))
+    port_file = workdir / "port"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(shared_dir() / "corpus" / "serve.py"),
+            "0",
+            "--bind",
+            address,
+            "--port-file",
+            str(port_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "serve.log").open("w"),
+    )
+    for _ in range(100):
+        if port_file.exists() and port_file.read_text().strip():
+            return proc, int(port_file.read_text())
+        if proc.poll() is not None:
+            raise Failed(f"serve.py exited: {(workdir / 'serve.log').read_text()[-500:]}")
+        time.sleep(0.1)
+    raise Failed("serve.py did not start")
+
+
+def machines_by_plugin(stack: Stack, plugin: str) -> dict[str, int]:
+    """Process rows of ``plugin`` per machine (the container's hostname)."""
+    sql = f"SELECT machine, count(*) FROM process WHERE plugin = '{plugin}' GROUP BY machine"
+    out = stack.exec("postgres", "psql", "-U", "boxcar", "-d", "boxcar", "-Atc", sql).stdout
+    return {m: int(n) for m, _, n in (line.partition("|") for line in out.split()) if m}
+
+
+def archive_files(stack: Stack) -> dict[str, int]:
+    out = stack.exec("ingest", "find", "/data/archive", "-type", "f", "-printf", "%P\t%s\n").stdout
+    return {path: int(size) for path, _, size in (line.rpartition("\t") for line in out.splitlines()) if path}
+
+
+def wait_crawl(api: Api, crawl_id: str, timeout: float, until=None) -> dict:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        crawl = api("GET", f"/api/v1/crawls/{crawl_id}")
+        snaps = crawl["snapshots"]
+        line = f"crawl {crawl['status']}: snapshots {snaps.get('sealed', 0)}/{snaps.get('total', 0)} sealed, "
+        line += f"results {crawl['results']}"
+        if line != last:
+            step(line)
+            last = line
+        if crawl["error"]:
+            raise Failed(f"crawl gave up: {crawl['error']}")
+        if (until or (lambda c: c["status"] == "sealed" and c["results_pending"] == 0))(crawl):
+            return crawl
+        if time.monotonic() > deadline:
+            raise Failed(f"crawl not done within {timeout:.0f}s: {crawl}")
+        time.sleep(3)
+
+
+def check_snapshots(snapshots: list[dict]) -> None:
+    bad = []
+    for snap in snapshots:
+        ok = {r["plugin"] for r in snap["results"] if r["status"] == "succeeded"}
+        missing = [p for p in ("wget", *BROWSER_PLUGINS) if p not in ok]
+        if snap["status"] != "sealed" or missing:
+            bad.append(f"{snap['url']}: {snap['status']}, missing {missing}")
+    if bad:
+        raise Failed(f"{len(bad)} snapshots incomplete:\n  " + "\n  ".join(bad))
+
+
+def hostname(container: dict) -> str:
+    return container["Config"].get("Hostname") or container["Id"][:12]
+
+
+def test(stack: Stack, summary: dict) -> None:
+    step(f"engine: {stack.engine.describe()}")
+    started = time.monotonic()
+    sizes = stack.build()
+    summary["build"] = time.monotonic() - started
+    summary["images"] = ", ".join(f"{image.split('/')[-1].split(':')[0]} {mb(size)}" for image, size in sizes.items())
+    stack.down(volumes=True)  # what an earlier, interrupted run left
+
+    step("up: nats and postgres, migrate, every service; waiting for every healthcheck")
+    stack.up(build=False)
+    api = Api(f"http://{os.environ['BOXCAR_API_PUBLISH']}")
+    health = api("GET", "/healthz")
+    step(f"/healthz: {health}")
+    token = stack.exec("ingest", "boxcar", "token", "create", "--name", "compose-test").stdout.strip().splitlines()[-1]
+    api.token = token
+    status = api("GET", "/api/v1/status")
+    dead = [f for f, s in status["families"].items() if f != "media" and not s.get("alive")]
+    if dead:
+        raise Failed(f"families without a live executor: {dead}")
+    alive = ", ".join(f for f, s in status["families"].items() if s.get("alive"))
+    step(f"token made in the ingest container; executors alive: {alive}")
+
+    address = gateway(stack)
+    server, port = serve_corpus(address)
+    try:
+        urls = (
+            urllib.request.urlopen(f"http://{address}:{port}/urls.txt?limit={PAGES}", timeout=10)
+            .read()
+            .decode()
+            .split()
+        )
+        step(f"corpus served on the host at http://{address}:{port}/ (the stack network's gateway); {len(urls)} pages")
+        crawl_id = api("POST", "/api/v1/crawls", {"urls": urls, "tags": ["compose-test"]})["id"]
+        step(f"crawl {crawl_id} submitted")
+
+        # mid-crawl: scale the fetch pool, and see the new replicas take tasks
+        wait_crawl(api, crawl_id, 300, until=lambda c: c["results"].get("succeeded", 0) > 0)
+        before = {c["Id"] for c in stack.containers(SCALED)}
+        step(f"scaling {SCALED} to 3")
+        scaling = time.monotonic()
+        stack.scale(SCALED, 3)
+        created = time.monotonic() - scaling
+        stack.wait_healthy([SCALED], timeout=120)
+        step(f"scaled: replicas created in {created:.0f}s, healthy {time.monotonic() - scaling:.0f}s after the scale")
+        new = [c for c in stack.containers(SCALED, running=True) if c["Id"] not in before]
+        if len(new) != 2:
+            raise Failed(f"expected 2 new {SCALED} replicas, found {len(new)}")
+        step(f"replicas up: {', '.join(c['Name'].lstrip('/') for c in new)}")
+        deadline = time.monotonic() + 240
+        while True:
+            by_machine = machines_by_plugin(stack, "wget")
+            worked = [c for c in new if by_machine.get(hostname(c), 0) > 0]
+            if len(worked) == len(new):
+                break
+            crawl = api("GET", f"/api/v1/crawls/{crawl_id}")
+            if crawl["status"] == "sealed" or time.monotonic() > deadline:
+                raise Failed(
+                    f"new replicas that took tasks: {len(worked)}/{len(new)} (wget runs by machine: {by_machine})"
+                )
+            time.sleep(2)
+        summary["replicas"] = f"{len(worked)}/{len(new)}"
+        step(
+            "wget runs by container: "
+            + ", ".join(
+                f"{c['Name'].lstrip('/')}={by_machine.get(hostname(c), 0)}"
+                for c in stack.containers(SCALED, running=True)
+            )
+        )
+
+        # mid-crawl: SIGKILL the browser executor; its restart policy must bring it back
+        victim = stack.container(KILLED)
+        restarts, pid = victim.get("RestartCount", 0), victim["State"]["Pid"]
+        step(
+            f"SIGKILL to {victim['Name'].lstrip('/')} (pid {pid} on the host, restart: "
+            f"{victim['HostConfig'].get('RestartPolicy', {}).get('Name')})"
+        )
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        came_back = None
+        while time.monotonic() - killed_at < 90:
+            c = stack.containers(KILLED)
+            c = next((x for x in c if x["Id"] == victim["Id"]), None)
+            if c and c["State"].get("Running") and c["State"].get("Pid") != pid and c.get("RestartCount", 0) > restarts:
+                came_back = time.monotonic() - killed_at
+                break
+            time.sleep(0.5)
+        if came_back is None:
+            raise Failed(f"{KILLED} did not come back by its restart policy within 90s")
+        stack.wait_healthy([KILLED], timeout=120)
+        summary["restart"] = f"{KILLED} SIGKILLed, back by restart policy in {came_back:.0f}s"
+        step(summary["restart"])
+
+        crawl = wait_crawl(api, crawl_id, 900)
+        snapshots = api.snapshots(crawl_id)
+        if len(snapshots) != len(urls):
+            raise Failed(f"{len(snapshots)} snapshots for {len(urls)} URLs")
+        check_snapshots(snapshots)
+        failed: dict[str, list[str]] = {}
+        for snap in snapshots:
+            for r in snap["results"]:
+                if r["status"] == "failed":
+                    failed.setdefault(r["plugin"], []).append((r["notes"] or r["output_str"] or "")[:160])
+        for plugin, notes in sorted(failed.items()):
+            step(f"failed results (reported, not checked): {plugin} x{len(notes)}, e.g. {notes[0]!r}")
+        summary["sealed"] = f"{len(snapshots)}/{len(urls)}"
+        step(
+            f"crawl sealed: {len(snapshots)} snapshots, each with wget, {', '.join(BROWSER_PLUGINS)} succeeded; "
+            f"results {crawl['results']}"
+        )
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    # named volumes: down, up, everything still there
+    files = archive_files(stack)
+    step(f"down then up ({len(snapshots)} snapshots, {len(files)} files, {sum(files.values()) / 1e6:.1f} MB archived)")
+    stack.down()
+    if stack.containers():
+        raise Failed("containers left after down")
+    stack.up(build=False)
+    again = api.snapshots(crawl_id)
+    files_again = archive_files(stack)
+    lost = [p for p, size in files.items() if files_again.get(p) != size]
+    if len(again) != len(snapshots) or any(s["status"] != "sealed" for s in again) or lost:
+        raise Failed(
+            f"after down/up: {len(again)} snapshots (had {len(snapshots)}), "
+            f"{len(lost)} files lost or changed: {lost[:5]}"
+        )
+    check_snapshots(again)
+    summary["kept"] = f"{len(again)} snapshots, {len(files_again)} files"
+    step(f"data kept across down/up: {summary['kept']} (the token still works: the database kept it)")
+
+    volumes = stack.volumes()
+    stack.down(volumes=True)
+    left = stack.containers() + [v for v in stack.volumes()]
+    if left:
+        raise Failed(f"left after down -v: {left}")
+    summary["cleaned"] = f"down -v removed {len(volumes)} volumes"
+    step(summary["cleaned"])
+
+
+def main() -> int:
+    os.environ["BOXCAR_COMPOSE_PROJECT"] = PROJECT
+    os.environ["BOXCAR_API_PUBLISH"] = f"127.0.0.1:{free_port()}"
+    os.environ["URL_ALLOW_PRIVATE"] = "true"  # the corpus is on the gateway, a private address
+    summary: dict = {}
+    stack = None
+    LOG.write_text("")
+    try:
+        stack = Stack(detect_engine(install=True), PROJECT, local=None)
+        test(stack, summary)
+    except (Failed, subprocess.SubprocessError, OSError, KeyError, ValueError) as exc:
+        print(f"[compose-test] FAILED: {exc}", file=sys.stderr, flush=True)
+        if stack is not None:
+            try:
+                print("\n".join(stack.ps()), file=sys.stderr)
+                for c in stack.containers():
+                    if stack.service_of(c) not in ("postgres", "nats", "migrate"):
+                        logs = stack.engine("logs", "--tail", "15", c["Id"], capture=True, check=False)
+                        print(f"--- {c['Name'].lstrip('/')}\n{logs.stdout}{logs.stderr}", file=sys.stderr)
+                if os.environ.get("BOXCAR_COMPOSE_KEEP") != "1":
+                    stack.down(volumes=True)
+            except Exception as cleanup:  # noqa: BLE001 - report the first failure, not this one
+                print(f"[compose-test] cleanup: {cleanup}", file=sys.stderr)
+        return 1
+    total = time.monotonic() - T0
+    print(
+        f"compose-test passed in {total:.0f}s (images {summary['build']:.0f}s): sealed {summary['sealed']} "
+        f"with wget+browser results; scaled {SCALED}=3, new replicas that took tasks {summary['replicas']}; "
+        f"restart: {summary['restart']}, crawl sealed; data kept across down/up: {summary['kept']}; "
+        f"{summary['cleaned']}; images: {summary['images']}",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
