@@ -509,9 +509,12 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{engine.describe()}; project {stack.project}; files {' '.join(stack.files)}")
             stack.up(build=not args.no_build)
             publish = os.environ.get("BOXCAR_API_PUBLISH", "8000")
+            archive = os.environ.get("BOXCAR_ARCHIVE_PUBLISH", "8001")
             say(
-                f"up: the API is on http://{'localhost:' + publish if ':' not in publish else publish}/ "
-                "(create a token: python3 scripts/compose.py exec ingest boxcar token create --name cli)"
+                f"up: the web UI and API are on http://{'localhost:' + publish if ':' not in publish else publish}/, "
+                f"archived pages on http://{'localhost:' + archive if ':' not in archive else archive}/ "
+                "(a login: python3 scripts/compose.py exec ingest boxcar user create admin; a token: "
+                "python3 scripts/compose.py exec ingest boxcar token create --name cli)"
             )
         elif args.command == "down":
             stack.down(volumes=args.volumes)
@@ -519,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "ps":
             print("\n".join(stack.ps()))
         elif args.command == "exec":
-            return engine("exec", "-i", stack.container(args.service)["Id"], *args.cmd, check=False).returncode
+            interactive = "-it" if sys.stdin.isatty() else "-i"  # a terminal: prompts (passwords) work
+            return engine("exec", interactive, stack.container(args.service)["Id"], *args.cmd, check=False).returncode
         elif args.command == "scale":
             service, _, replicas = args.spec.partition("=")
             stack.scale(service, int(replicas))

@@ -21,8 +21,11 @@ when a step fails), BOXCAR_COMPOSE_PAGES (default 20).
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -167,6 +171,35 @@ def check_snapshots(snapshots: list[dict]) -> None:
         raise Failed(f"{len(bad)} snapshots incomplete:\n  " + "\n  ".join(bad))
 
 
+def view_through_archive_origin(stack: Stack, api: Api, snapshot: dict) -> str:
+    """What a user does in the browser: log in to the web UI (a user made in the ingest container),
+    then open the snapshot's screenshot, served by the archive origin (its own published port, never
+    the UI's origin) with the session cookie. Returns a line for the log; raises Failed."""
+    password = secrets.token_urlsafe(12)
+    ingest = stack.container("ingest")["Id"]
+    stack.engine("exec", "-e", f"BOXCAR_PASSWORD={password}", ingest, "boxcar", "user", "create", "compose-admin")
+    jar = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    form = browser.open(f"{api.base}/login", timeout=30).read().decode()
+    csrf = re.search(r'name="_csrf_token" value="([^"]+)"', form)
+    if not csrf:
+        raise Failed("the login page has no CSRF token")
+    fields = {"username": "compose-admin", "password": password, "_csrf_token": csrf.group(1), "next": "/"}
+    browser.open(f"{api.base}/login", data=urllib.parse.urlencode(fields).encode(), timeout=30)
+    if not any(c.name for c in jar if "session" in c.name):
+        raise Failed(f"login did not set a session cookie (cookies: {[c.name for c in jar]})")
+    origin = os.environ["ARCHIVE_ORIGIN"]
+    url = f"{origin}/archive/{snapshot['id']}/screenshot/screenshot.png"
+    try:
+        with browser.open(url, timeout=30) as response:
+            body, kind = response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        raise Failed(f"GET {url}: {exc.code}") from None
+    if not body.startswith(b"\x89PNG") or not kind.startswith("image/png"):
+        raise Failed(f"GET {url}: {kind}, {len(body)} bytes, not the screenshot")
+    return f"logged in; the archive origin {origin} served {snapshot['url']}'s screenshot ({len(body)} bytes)"
+
+
 def hostname(container: dict) -> str:
     return container["Config"].get("Hostname") or container["Id"][:12]
 
@@ -276,6 +309,8 @@ def test(stack: Stack, summary: dict) -> None:
         for plugin, notes in sorted(failed.items()):
             step(f"failed results (reported, not checked): {plugin} x{len(notes)}, e.g. {notes[0]!r}")
         summary["sealed"] = f"{len(snapshots)}/{len(urls)}"
+        summary["archive origin"] = view_through_archive_origin(stack, api, snapshots[0])
+        step(summary["archive origin"])
         step(
             f"crawl sealed: {len(snapshots)} snapshots, each with wget, {', '.join(BROWSER_PLUGINS)} succeeded; "
             f"results {crawl['results']}"
@@ -315,6 +350,9 @@ def test(stack: Stack, summary: dict) -> None:
 def main() -> int:
     os.environ["BOXCAR_COMPOSE_PROJECT"] = PROJECT
     os.environ["BOXCAR_API_PUBLISH"] = f"127.0.0.1:{free_port()}"
+    archive_port = free_port()
+    os.environ["BOXCAR_ARCHIVE_PUBLISH"] = f"127.0.0.1:{archive_port}"
+    os.environ["ARCHIVE_ORIGIN"] = f"http://127.0.0.1:{archive_port}"
     os.environ["URL_ALLOW_PRIVATE"] = "true"  # the corpus is on the gateway, a private address
     summary: dict = {}
     stack = None
@@ -340,7 +378,8 @@ def main() -> int:
     print(
         f"compose-test passed in {total:.0f}s (images {summary['build']:.0f}s): sealed {summary['sealed']} "
         f"with wget+browser results; scaled {SCALED}=3, new replicas that took tasks {summary['replicas']}; "
-        f"restart: {summary['restart']}, crawl sealed; data kept across down/up: {summary['kept']}; "
+        f"restart: {summary['restart']}, crawl sealed; {summary['archive origin']}; "
+        f"data kept across down/up: {summary['kept']}; "
         f"{summary['cleaned']}; images: {summary['images']}",
         flush=True,
     )

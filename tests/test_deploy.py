@@ -60,7 +60,10 @@ def test_environment_names_are_settings_the_code_reads():
         unknown = set(svc.get("environment", {})) - known
         assert not unknown, f"{name}: settings nothing reads: {unknown}"
     env = COMPOSE["services"]["ingest"]["environment"]
-    assert env["API_HOST"] == "0.0.0.0" and "${BOXCAR_API_PUBLISH:-8000}:8000" in COMPOSE["services"]["ingest"]["ports"]
+    ports = COMPOSE["services"]["ingest"]["ports"]
+    assert env["API_HOST"] == "0.0.0.0" and "${BOXCAR_API_PUBLISH:-8000}:8000" in ports
+    # the archive origin: its own port, published, so archived pages never run on the UI's origin
+    assert env["ARCHIVE_PORT"] == "8001" and "${BOXCAR_ARCHIVE_PUBLISH:-8001}:8001" in ports
 
 
 def test_services_wait_for_their_dependencies():
