@@ -38,7 +38,7 @@ from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavail
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable
 from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.egress import EgressPolicy, EgressProxy, chrome_proxy_args
-from boxcar.hook_executor.environment import HookEnvironment
+from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, telemetry
@@ -274,6 +274,7 @@ class TaskRun:
 
     async def _run_hook(self, hook: Hook) -> None:
         task, env = self.task, self.env
+        hook = substitute(hook)
         if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
             await self.x.publish_result(_result(task, hook, "skipped", "cancelled"))
             return
