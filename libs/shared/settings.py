@@ -18,24 +18,39 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-#: Plugins enabled when neither the request nor ``PLUGINS`` names any: a real browser's captures
-#: (Chromium: title, screenshot, PDF, DOM, headers, redirects, SEO metadata, outlinks) plus wget's
-#: mirror and WARC, readable text, links and a hash manifest.
+#: Plugins enabled when neither the request nor ``PLUGINS`` names any: ArchiveBox 0.9's default
+#: captures that work on a self-hosted machine without accounts, extensions or third parties.
+#: A real browser's captures (title, screenshot, PDF, DOM, a one-file SingleFile copy, MHTML,
+#: headers, redirects, every response, console log, DNS and TLS facts, SEO metadata, outlinks),
+#: wget's mirror and WARC, favicon, git repositories, media (yt-dlp, gallery-dl), readable text
+#: (htmltotext, trafilatura, Readability, Defuddle), links and a hash manifest. What is left out of
+#: ArchiveBox's default set, and why, is in the README ("The default selection").
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "chrome",
     "title",
     "screenshot",
     "pdf",
     "dom",
+    "singlefile",
+    "chrome_mhtml",
     "headers",
     "redirects",
+    "responses",
+    "consolelog",
+    "dns",
+    "sslcerts",
     "seo",
     "staticfile",
     "parse_dom_outlinks",
     "wget",
     "favicon",
+    "git",
+    "ytdlp",
+    "gallerydl",
     "htmltotext",
     "trafilatura",
+    "readability",
+    "defuddle",
     "parse_html_urls",
     "hashes",
 )

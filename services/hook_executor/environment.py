@@ -32,6 +32,7 @@ from urllib.parse import unquote
 
 import msgspec
 
+from boxcar.hook_executor import media
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv
 from boxcar.hook_executor.egress import proxy_env
 from boxcar.hook_executor.reaper import WORKER_ENV
@@ -223,6 +224,7 @@ class HookEnvironment:
         env.update(HOOK_ENV_OVERRIDES.get(hook.plugin, {}))
         if hook.name in HOOK_SUBSTITUTES:
             env["BOXCAR_ABX_PLUGINS_DIR"] = str(self.catalog.plugins_dir)
+        env.update(media.hook_env(hook, self.resolved, env))
         if self._wgetrc is not None and hook.plugin == "wget":
             env["WGETRC"] = str(self._wgetrc)
         env["EXTRA_CONTEXT"] = json.dumps({**context, "plugin": hook.plugin, "hook_name": hook.name})

@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 from nats.js import JetStreamContext
 
-from boxcar.hook_executor import documents, egress, responses
+from boxcar.hook_executor import documents, egress, media, responses
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable
 from boxcar.hook_executor.cancellations import Cancellations
@@ -345,6 +345,8 @@ class TaskRun:
             result = proc.archive_result(task.snapshot_id, task.crawl_id)
             if proc.hook.plugin == "staticfile" and result.status == "succeeded":
                 result = await asyncio.to_thread(documents.describe_staticfile, result, proc, self.snap_dir)
+            if proc.hook.plugin == "ytdlp":
+                result = media.check_download(result, proc)
             result = msgspec.structs.replace(
                 result,
                 output_str=env.redact(result.output_str),
