@@ -174,7 +174,7 @@ def test_install_provisions_everything_then_is_a_no_op(tmp_path):
     assert by_binary["node"]["version"] == "24.22.1"
     assert str(tmp_path / "data" / "lib") in by_binary["abxbus"]["where"]  # managed installs stay in DATA_DIR/lib
     disabled = {r["plugin"]: r["where"] for r in rows if r["status"] == "disabled"}
-    assert "Chrome Web Store" in disabled["singlefile"] and "ublock" in disabled
+    assert "Chrome Web Store" in disabled["ublock"] and "singlefile" not in disabled
 
     second = subprocess.run([BOXCAR, "install", "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr[-3000:]

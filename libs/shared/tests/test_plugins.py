@@ -70,6 +70,26 @@ def test_boxcar_overrides_replace_pins_the_registries_here_cannot_meet():
 
 def test_extension_plugins_are_off_unless_enabled_explicitly():
     catalog = get_catalog()
-    assert "singlefile" not in catalog.enabled_plugins(["singlefile", "title"], {})
-    assert "singlefile" in catalog.enabled_plugins(["singlefile"], {"SINGLEFILE_ENABLED": "true"})
-    assert "Chrome Web Store" in catalog.disabled(["singlefile"], {})["singlefile"]
+    assert "ublock" not in catalog.enabled_plugins(["ublock", "title"], {})
+    assert "ublock" in catalog.enabled_plugins(["ublock"], {"UBLOCK_ENABLED": "true"})
+    assert "Chrome Web Store" in catalog.disabled(["ublock"], {})["ublock"]
+    assert "GitHub" in catalog.disabled(["mercury"], {})["mercury"]  # its npm package has a git dependency
+    # SingleFile runs from the npm CLI package's page script instead of the extension
+    assert "singlefile" in catalog.enabled_plugins(["singlefile"], {})
+
+
+def test_boxcar_provisions_the_article_extractors_and_singlefile_from_npm():
+    catalog = get_catalog()
+    resolved = catalog.resolve_config(["readability", "defuddle", "mercury", "singlefile"], {})
+
+    def record(plugin):
+        [(_key, found)] = catalog.required_binaries(plugin, {**resolved["base"], **resolved[plugin]}, "/data/lib")
+        return found
+
+    assert record("readability")["overrides"]["pnpm"]["install_args"] == ["readability-extractor@0.0.6"]
+    assert record("readability")["min_version"] == "0.0.6"
+    assert record("defuddle")["overrides"]["pnpm"]["install_args"] == ["defuddle@0.19.4"]
+    assert record("mercury")["overrides"]["npm"]["install_args"] == ["@jocmp/mercury-parser@3.0.7"]
+    single = record("singlefile")
+    assert (single["name"], single["binproviders"]) == ("single-file", "env,npm")
+    assert single["overrides"]["npm"]["install_args"] == ["single-file-cli@2.0.83"]
