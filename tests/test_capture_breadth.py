@@ -169,3 +169,16 @@ def open_offline(path: Path) -> tuple[str, int]:
             return page.inner_text("body"), width
         finally:
             browser.close()
+
+
+def test_a_plugin_whose_binary_cannot_be_had_is_skipped_with_the_reason(sqlite_url, nats_url, make_stack, site):
+    """ffmpeg missing (here: a name no provider knows): ytdlp is ``skipped`` saying which binary and
+    why; the task goes on and gallery-dl runs."""
+    missing = json.dumps({"{FFMPEG_BINARY}": {"name": "ffmpeg-not-on-this-machine", "binproviders": "env"}})
+    stack = make_stack(sqlite_url, nats_url, families=["media"], env={"BINARY_OVERRIDES": missing})
+    crawl_id = submit(stack, urls=[site.url("/images/1.png")], plugins=["ytdlp", "gallerydl"])
+    wait_sealed(stack, crawl_id, timeout=300)
+    got = results_by_url(sqlite_url, crawl_id)[site.url("/images/1.png")]
+    assert got["ytdlp"].status == "skipped", (got["ytdlp"].status, got["ytdlp"].output_str)
+    assert "ffmpeg-not-on-this-machine" in got["ytdlp"].output_str and "not found" in got["ytdlp"].output_str
+    assert got["gallerydl"].status == "succeeded", got["gallerydl"].notes

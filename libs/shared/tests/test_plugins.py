@@ -93,3 +93,21 @@ def test_boxcar_provisions_the_article_extractors_and_singlefile_from_npm():
     single = record("singlefile")
     assert (single["name"], single["binproviders"]) == ("single-file", "env,npm")
     assert single["overrides"]["npm"]["install_args"] == ["single-file-cli@2.0.83"]
+
+
+def test_stage_two_readers_take_the_dom_then_singlefile_then_wget(tmp_path, monkeypatch):
+    """Readability, trafilatura and defuddle (stage 2) read the best capture stage 1 left:
+    abx-plugins' ``find_article_html_source`` (ArchiveBox's rule) — the live DOM, else SingleFile's
+    file, else wget's mirror. Boxcar's plan puts them after the browser family, so all exist."""
+    from abx_plugins.plugins.base.utils import find_article_html_source
+
+    for rel in ("dom/output.html", "singlefile/singlefile.html", "wget/host/index.html"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("<html><body><p>x</p></body></html>")
+    (tmp_path / "readability").mkdir()
+    monkeypatch.chdir(tmp_path / "readability")
+    assert find_article_html_source() == str(tmp_path / "dom/output.html")
+    (tmp_path / "dom/output.html").unlink()  # DOM_ENABLED=false, or the DOM hook failed
+    assert find_article_html_source() == str(tmp_path / "singlefile/singlefile.html")
+    (tmp_path / "singlefile/singlefile.html").unlink()
+    assert find_article_html_source() == str(tmp_path / "wget/host/index.html")
