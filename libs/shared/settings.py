@@ -145,6 +145,12 @@ class Settings(BaseSettings):
     snapshot_lease_seconds: int = Field(default=300, ge=5, description="Seconds a runner's lease on a stage lasts")
     crawl_lease_seconds: int = Field(default=15, ge=1, description="Seconds between a started crawl's seal checks")
     executor_concurrency: int = Field(default=2, ge=1, description="Tasks one hook-executor process runs at once")
+    media_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tasks one media-family executor runs at once (default EXECUTOR_CONCURRENCY): yt-dlp and "
+        "gallery-dl downloads are long and large, so a deployment may run fewer at once and scale the pool",
+    )
     task_ack_wait: int = Field(
         default=60, ge=5, description="Seconds JetStream waits for a task's ack (heartbeats extend it)"
     )
