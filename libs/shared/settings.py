@@ -157,8 +157,9 @@ class Settings(BaseSettings):
     task_max_deliver: int = Field(default=3, ge=1, description="Deliveries of a hook task before it is reported failed")
     warm_hooks: bool = Field(
         default=True,
-        description="Fork Python hooks from a warm interpreter (and a second Python like trafilatura's), and "
-        "cache Node's compiled modules: the same hooks, a fraction of the CPU",
+        description="Fork Python hooks from a warm interpreter (and a second Python like trafilatura's, and "
+        "yt-dlp and gallery-dl from warmed ones), and cache Node's compiled modules: the same hooks, a fraction "
+        "of the CPU",
     )
     hook_kill_grace: float = Field(default=5.0, ge=0, description="Seconds between SIGTERM and SIGKILL for a hook")
     browser_recycle_after: int = Field(
