@@ -7,7 +7,8 @@ Routes:
 - ``/cut/``: the same page whose video is ``/cut/clip.mp4``, which announces the whole file's
   length, sends half of it and closes the connection (a download cut half way);
 - ``/gallery/``: a page of three ``<img>`` (``/images/<n>.png``);
-- ``/article/``: an article with navigation around it and an inline image (SingleFile's check);
+- ``/article/``: an article with navigation around it, an image, and an image from another origin
+  (``localhost``; SingleFile's check);
 - ``/git/<name>.git``: a bare repository over git's smart HTTP (``git http-backend``), holding
   one commit with ``README.md`` = ``REPO_README``.
 """
@@ -143,6 +144,8 @@ class CaptureSite:
             body = (
                 f'<nav><a href="/">Home</a> <a href="/news/">{NAV_TEXT}</a></nav><article><h1>Winter at the cape</h1>'
                 f'<p>{ARTICLE_TEXT}</p><img src="/images/2.png" alt="the cape" width="42" height="30">'
+                # the same image server on another origin (no CORS headers): SingleFile must still inline it
+                f'<img src="{self.base.replace("127.0.0.1", "localhost")}/images/3.png" alt="elsewhere">'
                 + "<p>Storms came from the west, and the harbour stayed closed for eleven days in a row.</p>" * 6
                 + "</article>"
             )

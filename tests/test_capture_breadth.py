@@ -128,9 +128,9 @@ def test_singlefile_opens_offline_and_readability_keeps_the_article(
     single = got[article]["singlefile"]
     assert single.status == "succeeded" and single.output_str == "singlefile/singlefile.html", single.notes
     html = (dirs[article] / "singlefile" / "singlefile.html").read_text()
-    assert "data:image/png;base64," in html and "/images/2.png" not in html.split("<body", 1)[1]
-    text, image_width = open_offline(dirs[article] / "singlefile" / "singlefile.html")
-    assert ARTICLE_TEXT in text and image_width == 42
+    assert "data:image/png;base64," in html and "/images/" not in html.split("<body", 1)[1]
+    text, widths = open_offline(dirs[article] / "singlefile" / "singlefile.html")
+    assert ARTICLE_TEXT in text and widths == [42, 43]  # both images, the cross-origin one too, inline
 
     readable = (dirs[article] / "readability" / "content.txt").read_text()
     assert ARTICLE_TEXT in readable and NAV_TEXT not in readable
@@ -144,9 +144,9 @@ def test_singlefile_opens_offline_and_readability_keeps_the_article(
         assert nav not in readable, f"{name}: navigation ({nav!r}) is in the article text"
 
 
-def open_offline(path: Path) -> tuple[str, int]:
-    """The page's text and its first image's natural width, opened from the file in Chromium with
-    every network request refused."""
+def open_offline(path: Path) -> tuple[str, list[int]]:
+    """The page's text and its images' natural widths, opened from the file in Chromium with every
+    network request refused."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -165,8 +165,9 @@ def open_offline(path: Path) -> tuple[str, int]:
             )
             page.goto(path.as_uri())
             page.wait_for_load_state("load")
-            width = page.evaluate("() => { const i = document.images[0]; return i && i.complete ? i.naturalWidth : 0 }")
-            return page.inner_text("body"), width
+            widths = page.evaluate("() => [...document.images].map(i => (i.complete ? i.naturalWidth : 0))")
+            assert not refused, f"the saved page asked the network for {refused[:3]}"
+            return page.inner_text("body"), widths
         finally:
             browser.close()
 

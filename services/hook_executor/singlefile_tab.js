@@ -7,9 +7,9 @@
  * the chrome plugin navigated (as the extension does: no second page load) and writes
  * ``singlefile/singlefile.html``, the file ArchiveBox's singlefile plugin writes.
  *
- * Resources the page's own fetch cannot read (cross-origin without CORS) are loaded by the browser
- * itself (CDP ``Network.loadNetworkResource``), so every request goes through the browser's proxy
- * (Boxcar's egress proxy); only http(s) URLs are loaded that way, never ``file:``.
+ * The script runs in an isolated world of the tab (as the extension's content script does), out of
+ * the page's reach; every resource it inlines is fetched by the browser, through the browser's
+ * proxy (Boxcar's egress proxy), only over http(s) — never by Node, never ``file:``.
  *
  * Protocol as every hook: ``--url=U``, cwd ``$SNAP_DIR/singlefile``, one ``ArchiveResult`` line.
  * Env: ``BOXCAR_ABX_PLUGINS_DIR`` (abx-plugins' plugins dir, for the chrome session helpers),
@@ -26,6 +26,7 @@ utils.ensureNodeModuleResolution(module);
 const { connectToPage } = require(path.join(PLUGINS_DIR, "chrome", "chrome_utils.js"));
 
 const OUTPUT_FILE = "singlefile.html";
+const WORLD_NAME = "boxcar-singlefile";
 const FETCH_BINDING = "__boxcarSingleFileFetch";
 const MAX_RESOURCE_BYTES = 10 * 1024 * 1024;
 
@@ -74,7 +75,7 @@ function singleFileBundle() {
   throw new Error("single-file (npm single-file-cli) is not on PATH");
 }
 
-/** Load an http(s) resource with the browser's network stack (its proxy, no CORS). */
+/** Load an http(s) resource with the browser's network stack (its proxy; no CORS). */
 async function browserFetch(cdp, frameId, url) {
   const scheme = new URL(url).protocol;
   if (scheme !== "http:" && scheme !== "https:") throw new Error(`refused ${scheme} resource`);
@@ -86,60 +87,106 @@ async function browserFetch(cdp, frameId, url) {
   if (!resource.success) throw new Error(resource.netErrorName || `HTTP ${resource.httpStatusCode}`);
   const chunks = [];
   let size = 0;
-  for (;;) {
-    const part = await cdp.send("IO.read", { handle: resource.stream, size: 1 << 20 });
-    const bytes = Buffer.from(part.data, part.base64Encoded ? "base64" : "utf8");
-    size += bytes.length;
-    if (size > MAX_RESOURCE_BYTES) break;
-    chunks.push(bytes);
-    if (part.eof) break;
+  try {
+    for (;;) {
+      const part = await cdp.send("IO.read", { handle: resource.stream, size: 1 << 20 });
+      const bytes = Buffer.from(part.data, part.base64Encoded ? "base64" : "utf8");
+      size += bytes.length;
+      if (size > MAX_RESOURCE_BYTES) throw new Error(`over ${MAX_RESOURCE_BYTES} bytes`);
+      chunks.push(bytes);
+      if (part.eof) break;
+    }
+  } finally {
+    await cdp.send("IO.close", { handle: resource.stream }).catch(() => {});
   }
-  await cdp.send("IO.close", { handle: resource.stream }).catch(() => {});
   return { status: resource.httpStatusCode || 200, headers: resource.headers || {}, data: Buffer.concat(chunks).toString("base64") };
 }
 
+/** What runs in the isolated world before SingleFile: its fetch, falling back to the binding. */
+function worldFetchSetup(binding) {
+  const pending = new Map();
+  let next = 0;
+  globalThis.__boxcarFetchDone = (id, reply) => {
+    const waiter = pending.get(id);
+    pending.delete(id);
+    if (!waiter) return;
+    if (!reply.ok) return waiter.reject(new Error(reply.error));
+    const bytes = Uint8Array.from(atob(reply.data), (c) => c.charCodeAt(0));
+    waiter.resolve({ status: reply.status, headers: new Headers(reply.headers), arrayBuffer: async () => bytes.buffer });
+  };
+  globalThis.singlefile.init({
+    fetch: async (url, init) => {
+      try {
+        return await fetch(url, init);
+      } catch {
+        const id = ++next;
+        return new Promise((resolve, reject) => {
+          pending.set(id, { resolve, reject });
+          globalThis[binding](JSON.stringify({ id, url: String(url) }));
+        });
+      }
+    },
+  });
+}
+
+/**
+ * Run SingleFile in an isolated world of the tab's main frame, as the extension's content script
+ * runs: the page's own scripts cannot reach it or its binding. Resources the world's fetch cannot
+ * read (cross-origin without CORS) are loaded by the browser (``Network.loadNetworkResource``),
+ * so through the browser's proxy; never from Node, never other than http(s).
+ */
 async function capture(page, timeoutMs) {
   const { script } = await import(pathToFileURL(singleFileBundle()).href);
   const cdp = await page.createCDPSession();
-  const { frameTree } = await cdp.send("Page.getFrameTree");
-  const frameId = frameTree.frame.id;
-  await page.exposeFunction(FETCH_BINDING, async (url) => {
-    try {
-      return await browserFetch(cdp, frameId, url);
-    } catch (error) {
-      return { error: String(error.message || error) };
-    }
-  });
-  await page.evaluate(script);
-  const work = page.evaluate(
-    async (options, binding) => {
-      const nativeFetch = globalThis.fetch;
-      globalThis.singlefile.init({
-        fetch: async (url, init) => {
-          try {
-            return await nativeFetch(url, init);
-          } catch (error) {
-            const result = await globalThis[binding](url);
-            if (result.error) throw new Error(result.error);
-            const bytes = Uint8Array.from(atob(result.data), (c) => c.charCodeAt(0));
-            return { status: result.status, headers: new Headers(result.headers), arrayBuffer: async () => bytes.buffer };
-          }
-        },
-      });
-      const data = await globalThis.singlefile.getPageData(options);
-      return { content: data.content, title: data.title || document.title || "" };
-    },
-    PAGE_OPTIONS,
-    FETCH_BINDING
-  );
-  let timer;
-  const deadline = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`SingleFile did not finish within ${timeoutMs / 1000}s`)), timeoutMs);
-  });
   try {
-    return await Promise.race([work, deadline]);
+    const { frameTree } = await cdp.send("Page.getFrameTree");
+    const frameId = frameTree.frame.id;
+    const { executionContextId } = await cdp.send("Page.createIsolatedWorld", { frameId, worldName: WORLD_NAME });
+    await cdp.send("Runtime.enable");
+    await cdp.send("Runtime.addBinding", { name: FETCH_BINDING, executionContextId });
+    cdp.on("Runtime.bindingCalled", async (event) => {
+      if (event.name !== FETCH_BINDING || event.executionContextId !== executionContextId) return;
+      const { id, url } = JSON.parse(event.payload);
+      let reply;
+      try {
+        reply = { ok: true, ...(await browserFetch(cdp, frameId, url)) };
+      } catch (error) {
+        reply = { ok: false, error: String(error.message || error) };
+      }
+      await cdp
+        .send("Runtime.evaluate", {
+          contextId: executionContextId,
+          expression: `globalThis.__boxcarFetchDone(${JSON.stringify(id)}, ${JSON.stringify(reply)})`,
+        })
+        .catch(() => {});
+    });
+    const evaluate = async (expression) => {
+      const { result, exceptionDetails } = await cdp.send("Runtime.evaluate", {
+        expression,
+        contextId: executionContextId,
+        awaitPromise: true,
+        returnByValue: true,
+      });
+      if (exceptionDetails) {
+        throw new Error(exceptionDetails.exception?.description || exceptionDetails.text || "evaluation failed");
+      }
+      return result.value;
+    };
+    await evaluate(`${script};\n(${worldFetchSetup.toString()})(${JSON.stringify(FETCH_BINDING)});\nundefined`);
+    const run = `(async () => {
+      const data = await globalThis.singlefile.getPageData(${JSON.stringify(PAGE_OPTIONS)});
+      return { content: data.content, title: data.title || document.title || "" };
+    })()`;
+    let timer;
+    const deadline = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`SingleFile did not finish within ${timeoutMs / 1000}s`)), timeoutMs);
+    });
+    try {
+      return await Promise.race([evaluate(run), deadline]);
+    } finally {
+      clearTimeout(timer);
+    }
   } finally {
-    clearTimeout(timer);
     await cdp.detach().catch(() => {});
   }
 }
