@@ -6,7 +6,9 @@ whenever yt-dlp exits 0 and *any* file it knows is in the directory — a descri
 or a subtitle written before the media itself was skipped or cut short. Here a ``succeeded``
 media result must name a complete media file: leftovers of an unfinished download (``.part``,
 ``.ytdl``, ``.frag``) make it ``failed``, and no media file at all makes it ``noresults`` (saying
-why, e.g. the file was larger than ``MEDIA_MAX_SIZE``).
+why, e.g. the file was larger than ``MEDIA_MAX_SIZE``). A video whose only source is a ``blob:``
+URL (built by the page's scripts; yt-dlp cannot fetch one) is ``noresults`` too, not ``failed``:
+there is nothing a retry could download.
 
 ``MEDIA_MAX_SIZE`` (``YTDLP_MAX_SIZE``): the plugin only *prefers* formats under it (its format
 filter falls back to any format), so the ytdlp hook also gets ``--max-filesize`` (yt-dlp then
@@ -32,6 +34,8 @@ MEDIA_SUFFIXES = frozenset(
 )
 PARTIAL_SUFFIXES = (".part", ".ytdl", ".frag", ".temp", ".tmp")
 _TOO_LARGE = re.compile(r"larger than max-filesize|File is larger than", re.IGNORECASE)
+_ERRORS = re.compile(r"^ERROR: (?!yt-dlp error:)(.*)$", re.MULTILINE)  # yt-dlp's own errors, not the hook's summary
+_BLOB = re.compile(r'Unsupported url scheme: "blob"')
 
 
 def hook_env(hook: Hook, resolved: Mapping[str, Mapping[str, Any]], env: Mapping[str, str]) -> dict[str, str]:
@@ -53,6 +57,11 @@ def hook_env(hook: Hook, resolved: Mapping[str, Mapping[str, Any]], env: Mapping
 def check_download(result: ArchiveResultRecord, proc: HookProcess) -> ArchiveResultRecord:
     """``result`` of a ytdlp hook, ``failed`` when a download was cut short and ``noresults`` when
     it claims success without a media file, saying why (see the module docstring)."""
+    if result.status == "failed" and not proc.timed_out and not proc.over_limit:
+        errors = _ERRORS.findall(proc.stderr_tail(20000))
+        if errors and all(_BLOB.search(e) for e in errors):
+            why = "the page's media is a blob: URL (made by its scripts in the browser): nothing to download"
+            return msgspec.structs.replace(result, status="noresults", output_str=why, notes=why)
     if result.status not in ("succeeded", "noresults") or result.output_str == "staticfile already handled":
         return result
     names = [PurePosixPath(p) for p in result.output_files]
