@@ -3,7 +3,7 @@
 Routes:
 
 - ``/video/``: a page with an HTML5 ``<video>`` of ``/media/clip.mp4`` (a 2 s MP4 made with
-  ffmpeg); ``/media/clip.mp4`` the file itself (a direct link);
+  ffmpeg) and an English subtitles ``<track>``; ``/media/clip.mp4`` the file itself (a direct link);
 - ``/cut/``: the same page whose video is ``/cut/clip.mp4``, which announces the whole file's
   length, sends half of it and closes the connection (a download cut half way);
 - ``/gallery/``: a page of three ``<img>`` (``/images/<n>.png``);
@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 REPO_README = "Boxcar test repository: cloned over smart HTTP."
 ARTICLE_TEXT = "The lighthouse keeper counted forty-one ships passing the northern cape that winter."
 NAV_TEXT = "Subscribe to our partner newsletter"
+SUBTITLES = "WEBVTT\n\n00:00.000 --> 00:01.500\nThe test card hums along.\n"
 
 
 def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
@@ -113,18 +114,19 @@ class CaptureSite:
             return self._git(req, path.removeprefix("/git"), parts.query)
         html = "text/html; charset=utf-8"
         if path == "/video/":
-            return self._send(
-                req,
-                200,
-                html,
-                page("A short clip", '<h1>A short clip</h1><video controls src="/media/clip.mp4"></video>'),
+            video = (
+                '<video controls src="/media/clip.mp4">'
+                '<track kind="subtitles" srclang="en" label="English" src="/media/clip.en.vtt"></video>'
             )
+            return self._send(req, 200, html, page("A short clip", f"<h1>A short clip</h1>{video}"))
         if path == "/cut/":
             return self._send(
                 req, 200, html, page("A cut clip", '<h1>A cut clip</h1><video controls src="/cut/clip.mp4"></video>')
             )
         if path == "/media/clip.mp4":
             return self._send(req, 200, "video/mp4", self.clip)
+        if path == "/media/clip.en.vtt":
+            return self._send(req, 200, "text/vtt", SUBTITLES.encode())
         if path == "/cut/clip.mp4":  # the whole length announced, half of it sent
             req.send_response(200)
             req.send_header("Content-Type", "video/mp4")

@@ -77,6 +77,12 @@ def test_media_family_keeps_media_and_never_calls_a_cut_download_a_success(sqlit
         infos = [name for name in ytdlp.output_files if name.endswith(".info.json")]
         assert infos and json.loads((dirs[urls[key]] / "ytdlp" / infos[0]).read_text())["ext"] == "mp4"
 
+    # subtitles are kept converted to SRT, as ArchiveBox keeps them (--write-sub --convert-subs=srt)
+    page = got[urls["page"]]["ytdlp"]
+    subtitles = [name for name in page.output_files if name.endswith(".srt")]
+    assert subtitles, page.output_files
+    assert "The test card hums along." in (dirs[urls["page"]] / "ytdlp" / subtitles[0]).read_text()
+
     cut = got[urls["cut"]]["ytdlp"]
     assert cut.status == "failed", (cut.status, cut.output_str)
     assert "bytes read" in cut.notes or "did not finish" in cut.notes, cut.notes
