@@ -35,8 +35,9 @@ $(STAMP): pyproject.toml constraints.txt scripts/find-python
 	@touch $(STAMP)
 
 # Host programs the default plugins use (binary:Debian package); installed with apt-get when
-# missing and we are root. npm lets the binary-resolver fetch Node 24 for the browser hooks.
-SYSTEM_PACKAGES := wget:wget chromium:chromium pdftoppm:poppler-utils npm:npm
+# missing and we are root. npm lets the binary-resolver fetch Node 24 for the browser hooks;
+# ffmpeg is yt-dlp's (merging, metadata, subtitles), git the git plugin's.
+SYSTEM_PACKAGES := wget:wget chromium:chromium pdftoppm:poppler-utils npm:npm ffmpeg:ffmpeg git:git
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	 if [ -n "$$missing" ]; then \

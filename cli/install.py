@@ -25,7 +25,7 @@ class Row:
 
     plugin: str
     binary: str
-    status: str  # found | installed | missing | disabled
+    status: str  # a binary: found | installed | missing; a plugin (binary ""): ready | unrunnable | disabled
     version: str = ""
     where: str = ""
 
@@ -95,6 +95,16 @@ def install(
     for plugin in enabled:
         if plugin not in report.unrunnable and any(r in report.unrunnable for r in catalog.with_requirements([plugin])):
             report.unrunnable.append(plugin)
+    # each enabled plugin's state: ready, or why it cannot run (its hooks will be recorded skipped)
+    missing = {r.plugin: f"{r.binary} missing: {r.where}" for r in report.rows if r.status == "missing"}
+    for plugin in enabled:
+        if plugin in report.unrunnable:
+            why = missing.get(plugin) or "needs " + ", ".join(
+                r for r in catalog.with_requirements([plugin]) if r in report.unrunnable and r != plugin
+            )
+            report.rows.append(Row(plugin, "", "unrunnable", where=why[:500]))
+        else:
+            report.rows.append(Row(plugin, "", "ready"))
     return report
 
 

@@ -596,13 +596,16 @@ def install_cmd(data_dir, families, allow_apt, as_json) -> None:
         table = Table("plugin", "binary", "status", "version", "path / reason", title=f"binaries in {settings.lib_dir}")
         colors = {"found": "green", "installed": "cyan", "missing": "red"}
         for row in report.rows:
-            if row.status != "disabled":
+            if row.binary:
                 table.add_row(row.plugin, row.binary, f"[{colors[row.status]}]{row.status}[/]", row.version, row.where)
         console = Console(width=max(Console().width, 140))
         console.print(table, overflow="fold")
+        ready = [row.plugin for row in report.rows if row.status == "ready"]
+        console.print(f"[green]ready[/] ({len(ready)}): {', '.join(ready)}", soft_wrap=True)
         for row in report.rows:
-            if row.status == "disabled":
-                console.print(f"[dim]disabled[/] [bold]{row.plugin}[/]: {row.where}", soft_wrap=True)
+            if row.status in ("disabled", "unrunnable") and not row.binary:
+                label = "[dim]disabled[/]" if row.status == "disabled" else "[red]cannot run[/]"
+                console.print(f"{label} [bold]{row.plugin}[/]: {row.where}", soft_wrap=True)
     from boxcar.ingest import replay
 
     try:

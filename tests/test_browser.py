@@ -177,16 +177,22 @@ def test_install_provisions_everything_then_is_a_no_op(tmp_path):
     rows = [json.loads(line) for line in first.stdout.splitlines()]
     by_binary = {r["binary"]: r for r in rows if r["binary"]}
     assert {"node", "abxbus", "browsers", "chromium", "pdftoppm", "wget", "trafilatura"} <= set(by_binary)
+    assert {"yt-dlp", "ffmpeg", "gallery-dl", "git", "single-file", "readability-extractor", "defuddle"} <= set(
+        by_binary
+    )
+    ready = {r["plugin"] for r in rows if r["status"] == "ready"}
+    assert {"singlefile", "ytdlp", "gallerydl", "git", "readability", "defuddle", "chrome_mhtml", "dns"} <= ready
     assert all(r["status"] in ("found", "installed") for r in by_binary.values())
     assert by_binary["node"]["version"] == "24.22.1"
     assert str(tmp_path / "data" / "lib") in by_binary["abxbus"]["where"]  # managed installs stay in DATA_DIR/lib
     disabled = {r["plugin"]: r["where"] for r in rows if r["status"] == "disabled"}
-    assert "Chrome Web Store" in disabled["singlefile"] and "ublock" in disabled
+    assert "Chrome Web Store" in disabled["ublock"] and "singlefile" not in disabled
 
     second = subprocess.run([BOXCAR, "install", "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr[-3000:]
     again = [json.loads(line) for line in second.stdout.splitlines() if line.strip()]
     assert [r["status"] for r in again if r["binary"]] == ["found"] * len(by_binary)  # nothing installed twice
+    assert "GitHub" in disabled["mercury"]  # off, and why
 
 
 @pytest.fixture(autouse=True)

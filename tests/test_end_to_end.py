@@ -32,6 +32,17 @@ EXPECTED = {
     "seo": {"succeeded"},
     "staticfile": {"skipped"},  # an HTML page is not a static file: the plugin does not apply
     "parse_dom_outlinks": {"succeeded", "noresults"},
+    "singlefile": {"succeeded"},
+    "chrome_mhtml": {"succeeded"},
+    "responses": {"succeeded"},
+    "consolelog": {"succeeded", "noresults"},
+    "dns": {"succeeded"},
+    "sslcerts": {"noresults"},  # 'URL is not HTTPS': the local site is plain HTTP
+    "git": {"noresults"},  # 'Not a git URL'
+    "ytdlp": {"noresults"},  # 'No media found' on an article page (the media checks: test_capture_breadth)
+    "gallerydl": {"noresults"},  # 'No gallery found'
+    "readability": {"succeeded"},
+    "defuddle": {"succeeded"},
 }
 EXPECTED_BY_HOOK = {
     "on_Snapshot__00_chrome_launch.daemon.bg": {"skipped"},  # CHROME_ISOLATION=crawl: the worker's browser is used

@@ -14,13 +14,24 @@ record (plugin)          upstream                        Boxcar
 ``browsers`` (chrome)    ``dexie-export-import@4.4.1``   ``dexie-export-import@4.4.0``
 ``{CHROME_BINARY}``      puppeteer ``chrome@156.0.8078.47``  the host's Chromium (Debian
 (chrome)                 (Chrome-for-Testing download)   ``chromium``) via env, apt; no exact pin
+``{READABILITY_BINARY}`` pnpm ``readability-extractor``  ``readability-extractor@0.0.6`` (the newest
+(readability)            ≥ 0.0.15                        on npm here; the same CLI and JSON, over
+                                                         ``@mozilla/readability`` 0.4 and jsdom)
+``{DEFUDDLE_BINARY}``    pnpm ``defuddle@0.19.5``        ``defuddle@0.19.4`` (newest on npm here)
+(defuddle)
+``{MERCURY_BINARY}``     npm                             ``@jocmp/mercury-parser@3.0.7`` (newest on
+(mercury)                ``@jocmp/mercury-parser@3.1.2`` npm here)
+``singlefile``           the SingleFile extension from   npm ``single-file-cli@2.0.83``: its page
+(singlefile)             the Chrome Web Store            script runs in the snapshot's own tab
+                                                         (``hook_executor/singlefile_tab.mjs``)
 =======================  ==============================  =========================================
 
 ``BINARY_OVERRIDES`` (JSON, same shape as ``DEFAULT_OVERRIDES``) in the environment adds to or
 replaces entries, so a deployment can follow registry changes without a release.
 
 Plugins that need a Chrome Web Store extension cannot get it here (the store is unreachable), so
-they are disabled unless ``<PLUGIN>_ENABLED=true`` is set explicitly (``DISABLED_BY_DEFAULT``).
+they are disabled unless ``<PLUGIN>_ENABLED=true`` is set explicitly (``DISABLED_BY_DEFAULT``);
+SingleFile is the exception: the npm registry carries its CLI, whose page script does the same job.
 """
 
 from __future__ import annotations
@@ -51,14 +62,37 @@ DEFAULT_OVERRIDES: dict[str, dict[str, Any]] = {
         "max_version": None,
         "overrides": {"apt": {"install_args": ["chromium"]}},
     },
+    "{READABILITY_BINARY}": {
+        "min_version": "0.0.6",
+        "overrides": {"pnpm": {"install_args": ["readability-extractor@0.0.6"]}},
+    },
+    "{DEFUDDLE_BINARY}": {
+        "min_version": "0.19.4",
+        "max_version": "0.19.4",
+        "overrides": {"pnpm": {"install_args": ["defuddle@0.19.4"], "version": "0.19.4"}},
+    },
+    "{MERCURY_BINARY}": {
+        "min_version": "3.0.7",
+        "max_version": "3.0.7",
+        "overrides": {"npm": {"install_args": ["@jocmp/mercury-parser@3.0.7"]}},
+    },
+    # The plugin wants the SingleFile *extension* (Chrome Web Store, unreachable here). Boxcar runs
+    # SingleFile's own page script from the npm CLI package in the snapshot's tab instead.
+    "singlefile": {
+        "name": "single-file",
+        "binproviders": "env,npm",
+        "min_version": None,
+        "max_version": None,
+        "overrides": {"npm": {"install_args": ["single-file-cli@2.0.83"], "min_release_age": 0}},
+    },
 }
 
-#: Plugins off unless explicitly enabled, and why (shown by ``boxcar install``).
+#: Plugins off unless explicitly enabled, and why (shown by ``boxcar install``): the Chrome Web
+#: Store extensions, and mercury, whose npm package needs a git dependency from GitHub.
 DISABLED_BY_DEFAULT: dict[str, str] = {
     name: "needs a Chrome Web Store extension, which cannot be downloaded here; "
     f"set {name.upper()}_ENABLED=true where the extension is available"
     for name in (
-        "singlefile",
         "ublock",
         "istilldontcareaboutcookies",
         "twocaptcha",
@@ -67,6 +101,10 @@ DISABLED_BY_DEFAULT: dict[str, str] = {
         "tlsnotary",
     )
 }
+DISABLED_BY_DEFAULT["mercury"] = (
+    "its npm package (@jocmp/mercury-parser) depends on a GitHub repository (postlight/difflib.js), which "
+    "cannot be fetched here; set MERCURY_ENABLED=true where it can (defuddle and readability do the same job)"
+)
 
 
 def load_overrides(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:

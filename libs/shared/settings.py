@@ -18,24 +18,39 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-#: Plugins enabled when neither the request nor ``PLUGINS`` names any: a real browser's captures
-#: (Chromium: title, screenshot, PDF, DOM, headers, redirects, SEO metadata, outlinks) plus wget's
-#: mirror and WARC, readable text, links and a hash manifest.
+#: Plugins enabled when neither the request nor ``PLUGINS`` names any: ArchiveBox 0.9's default
+#: captures that work on a self-hosted machine without accounts, extensions or third parties.
+#: A real browser's captures (title, screenshot, PDF, DOM, a one-file SingleFile copy, MHTML,
+#: headers, redirects, every response, console log, DNS and TLS facts, SEO metadata, outlinks),
+#: wget's mirror and WARC, favicon, git repositories, media (yt-dlp, gallery-dl), readable text
+#: (htmltotext, trafilatura, Readability, Defuddle), links and a hash manifest. What is left out of
+#: ArchiveBox's default set, and why, is in the README ("The default selection").
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "chrome",
     "title",
     "screenshot",
     "pdf",
     "dom",
+    "singlefile",
+    "chrome_mhtml",
     "headers",
     "redirects",
+    "responses",
+    "consolelog",
+    "dns",
+    "sslcerts",
     "seo",
     "staticfile",
     "parse_dom_outlinks",
     "wget",
     "favicon",
+    "git",
+    "ytdlp",
+    "gallerydl",
     "htmltotext",
     "trafilatura",
+    "readability",
+    "defuddle",
     "parse_html_urls",
     "hashes",
 )
@@ -130,14 +145,21 @@ class Settings(BaseSettings):
     snapshot_lease_seconds: int = Field(default=300, ge=5, description="Seconds a runner's lease on a stage lasts")
     crawl_lease_seconds: int = Field(default=15, ge=1, description="Seconds between a started crawl's seal checks")
     executor_concurrency: int = Field(default=2, ge=1, description="Tasks one hook-executor process runs at once")
+    media_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tasks one media-family executor runs at once (default EXECUTOR_CONCURRENCY): yt-dlp and "
+        "gallery-dl downloads are long and large, so a deployment may run fewer at once and scale the pool",
+    )
     task_ack_wait: int = Field(
         default=60, ge=5, description="Seconds JetStream waits for a task's ack (heartbeats extend it)"
     )
     task_max_deliver: int = Field(default=3, ge=1, description="Deliveries of a hook task before it is reported failed")
     warm_hooks: bool = Field(
         default=True,
-        description="Fork Python hooks from a warm interpreter (and a second Python like trafilatura's), and "
-        "cache Node's compiled modules: the same hooks, a fraction of the CPU",
+        description="Fork Python hooks from a warm interpreter (and a second Python like trafilatura's, and "
+        "yt-dlp and gallery-dl from warmed ones), and cache Node's compiled modules: the same hooks, a fraction "
+        "of the CPU",
     )
     hook_kill_grace: float = Field(default=5.0, ge=0, description="Seconds between SIGTERM and SIGKILL for a hook")
     browser_recycle_after: int = Field(

@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import msgspec
+
+from boxcar.hook_executor import media
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv
 from boxcar.hook_executor.egress import proxy_env
 from boxcar.hook_executor.reaper import WORKER_ENV
@@ -46,6 +49,23 @@ from boxcar.shared.urls import with_userinfo
 #: is true (its default), and that capture is overwritten by Chromium's PDF-viewer wrapper; with
 #: it false, staticfile records the original response body itself (abx-plugins 1.13.572).
 HOOK_ENV_OVERRIDES: dict[str, dict[str, str]] = {"staticfile": {"RESPONSES_ENABLED": "False"}}
+
+#: Hooks Boxcar runs with its own script instead of the plugin's, and why: abx-plugins 1.13.572's
+#: singlefile hook drives the SingleFile extension from the Chrome Web Store (unreachable here);
+#: ``singlefile_tab.js`` runs the same SingleFile page script from the npm ``single-file-cli``
+#: package in the snapshot's tab and writes the same ``singlefile/singlefile.html``.
+HOOK_SUBSTITUTES: dict[str, Path] = {
+    "on_Snapshot__50_singlefile": Path(__file__).with_name("singlefile_tab.js"),
+}
+
+
+def substitute(hook: Hook) -> Hook:
+    """``hook``, or Boxcar's stand-in for it (same plugin and name, so its result is the plugin's)."""
+    script = HOOK_SUBSTITUTES.get(hook.name)
+    if script is None:
+        return hook
+    language = "node" if script.suffix == ".js" else "python"
+    return msgspec.structs.replace(hook, path=str(script), language=language)
 
 
 def boxcar_defaults(catalog: PluginCatalog) -> dict[str, str]:
@@ -202,6 +222,9 @@ class HookEnvironment:
         """The full environment of one hook process."""
         env = binaries.apply(self.base)
         env.update(HOOK_ENV_OVERRIDES.get(hook.plugin, {}))
+        if hook.name in HOOK_SUBSTITUTES:
+            env["BOXCAR_ABX_PLUGINS_DIR"] = str(self.catalog.plugins_dir)
+        env.update(media.hook_env(hook, self.resolved, env))
         if self._wgetrc is not None and hook.plugin == "wget":
             env["WGETRC"] = str(self._wgetrc)
         env["EXTRA_CONTEXT"] = json.dumps({**context, "plugin": hook.plugin, "hook_name": hook.name})

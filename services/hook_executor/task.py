@@ -33,12 +33,12 @@ from pathlib import Path
 import msgspec
 from nats.js import JetStreamContext
 
-from boxcar.hook_executor import documents, egress, responses
+from boxcar.hook_executor import documents, egress, media, responses
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable
 from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.egress import EgressPolicy, EgressProxy, chrome_proxy_args
-from boxcar.hook_executor.environment import HookEnvironment
+from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, telemetry
@@ -274,6 +274,7 @@ class TaskRun:
 
     async def _run_hook(self, hook: Hook) -> None:
         task, env = self.task, self.env
+        hook = substitute(hook)
         if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
             await self.x.publish_result(_result(task, hook, "skipped", "cancelled"))
             return
@@ -344,6 +345,8 @@ class TaskRun:
             result = proc.archive_result(task.snapshot_id, task.crawl_id)
             if proc.hook.plugin == "staticfile" and result.status == "succeeded":
                 result = await asyncio.to_thread(documents.describe_staticfile, result, proc, self.snap_dir)
+            if proc.hook.plugin == "ytdlp":
+                result = media.check_download(result, proc)
             result = msgspec.structs.replace(
                 result,
                 output_str=env.redact(result.output_str),

@@ -37,7 +37,8 @@ class HookExecutor:
     """One executor process of a family's pool.
 
     Args:
-        settings: ``EXECUTOR_CONCURRENCY`` tasks run at once; ``TASK_ACK_WAIT`` and
+        settings: ``EXECUTOR_CONCURRENCY`` tasks run at once (``MEDIA_CONCURRENCY`` for the media
+            family, whose downloads are long); ``TASK_ACK_WAIT`` and
             ``TASK_MAX_DELIVER`` configure the family's consumer.
         family: the family whose ``tasks.hooks.<family>`` this process pulls.
     """
@@ -54,7 +55,8 @@ class HookExecutor:
         self.settings = settings
         self.family = family
         self.catalog = catalog or get_catalog()
-        self.concurrency = concurrency or settings.executor_concurrency
+        default = (settings.media_concurrency if family == "media" else None) or settings.executor_concurrency
+        self.concurrency = concurrency or default
         self.shared = shared
         self._stop = asyncio.Event()
         self.worker_id = f"{family}-{os.getpid()}-{new_id()[-8:]}"

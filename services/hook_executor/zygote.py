@@ -77,16 +77,31 @@ def _recv(sock: socket.socket) -> dict:
     return json.loads(_recv_exact(sock, size))
 
 
+def _unix_call(sock: socket.socket, method: str, path: str) -> None:
+    """``sock.bind(path)`` / ``sock.connect(path)`` also for a path longer than a Unix socket
+    address may be (107 bytes; a deep ``DATA_DIR`` reaches that): through ``/proc/self/fd`` of its
+    directory, which names the same file in a few bytes."""
+    if len(os.fsencode(path)) < 100:
+        getattr(sock, method)(path)
+        return
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        getattr(sock, method)(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
+    finally:
+        os.close(folder)
+
+
 # ----------------------------------------------------------------------------- the server
 
 
 class ZygoteServer:
     """The fork server: ``preload`` modules, then serve ``spawn`` requests on ``path``."""
 
-    def __init__(self, path: str, preload: tuple[str, ...], configs: tuple[str, ...] = ()) -> None:
+    def __init__(self, path: str, preload: tuple[str, ...], configs: tuple[str, ...] = (), warmup: str = "") -> None:
         self.path = path
         self.preload = preload
         self.configs = configs
+        self.warmup = warmup
         self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
         self.selector = selectors.DefaultSelector()
 
@@ -99,6 +114,9 @@ class ZygoteServer:
                 importlib.import_module(name)
             except Exception as exc:  # a module this interpreter lacks: the hooks import it themselves
                 log.debug("zygote could not preload %s: %s", name, exc)
+        if self.warmup:  # a tool's first run, on local input only (what it compiles, its forks reuse)
+            with contextlib.suppress(BaseException):
+                exec(compile(self.warmup, "<warmup>", "exec"), {"__name__": "__warmup__"})  # noqa: S102
         if self.configs:
             try:
                 from abx_plugins.plugins.base.utils import load_config
@@ -113,7 +131,7 @@ class ZygoteServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.path)
+        _unix_call(listener, "bind", self.path)
         os.chmod(self.path, 0o600)
         listener.listen(64)
         self.listener = listener
@@ -169,6 +187,7 @@ class ZygoteServer:
             for fd in fds:
                 if fd > 2:
                     os.close(fd)
+            _fresh_standard_streams()
             self.listener.close()
             for other in self.children.values():
                 other.close()
@@ -218,6 +237,21 @@ class ZygoteServer:
             conn.close()
 
 
+def _fresh_standard_streams() -> None:
+    """New ``sys.stdin``/``stdout``/``stderr`` on fds 0–2, as a fresh interpreter has: the zygote's
+    own wrappers carry its state (its stdout already wrote "ready"), and tools that reconfigure
+    their streams (gallery-dl) fail on them."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        old = getattr(sys, name)
+        with contextlib.suppress(Exception):
+            old.flush()
+        stream = open(  # noqa: SIM115 - the process's own stream for its whole life
+            fd, mode, buffering=1 if name == "stderr" else -1, encoding=old.encoding, errors=old.errors, closefd=False
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def _exit_code(done: SystemExit) -> int:
     if done.code is None:
         return 0
@@ -256,12 +290,18 @@ class Zygote:
     """
 
     def __init__(
-        self, python: str, socket_path: Path, preload: tuple[str, ...] = HOOK_PRELOAD, configs: tuple[str, ...] = ()
+        self,
+        python: str,
+        socket_path: Path,
+        preload: tuple[str, ...] = HOOK_PRELOAD,
+        configs: tuple[str, ...] = (),
+        warmup: str = "",
     ) -> None:
         self.python = python
         self.socket_path = socket_path
         self.preload = preload
         self.configs = configs
+        self.warmup = warmup
         self.proc = None
 
     def running(self) -> bool:
@@ -283,6 +323,7 @@ class Zygote:
             str(self.socket_path),
             ",".join(self.preload),
             os.pathsep.join(self.configs),
+            self.warmup,
         ]
         self.proc = subprocess.Popen(
             argv,
@@ -332,7 +373,7 @@ class Zygote:
 
     def _request(self, request: bytes, fds: list[int]) -> tuple[socket.socket, int]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(str(self.socket_path))
+        _unix_call(conn, "connect", str(self.socket_path))
         socket.send_fds(conn, [request], fds)
         return conn, int(_recv(conn)["pid"])
 
@@ -383,7 +424,7 @@ def client_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", required=True)
     known, rest = parser.parse_known_args(argv)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(known.client)
+    _unix_call(conn, "connect", known.client)
     request = json.dumps({"argv": [sys.executable, *rest], "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
     socket.send_fds(conn, [request], [0, 1, 2])
     _recv(conn)  # the pid
@@ -392,11 +433,15 @@ def client_main(argv: list[str] | None = None) -> int:
 
 
 def serve_main(argv: list[str]) -> None:
-    """``python zygote.py --serve SOCKET MODULE,MODULE…``: run a fork server."""
+    """``python zygote.py --serve SOCKET MODULE,MODULE… [CONFIGS] [WARMUP]``: run a fork server."""
     socket_path, preload = argv[0], argv[1] if len(argv) > 1 else ""
     configs = argv[2] if len(argv) > 2 else ""
+    warmup = argv[3] if len(argv) > 3 else ""
     ZygoteServer(
-        socket_path, tuple(p for p in preload.split(",") if p), tuple(c for c in configs.split(os.pathsep) if c)
+        socket_path,
+        tuple(p for p in preload.split(",") if p),
+        tuple(c for c in configs.split(os.pathsep) if c),
+        warmup,
     ).serve()
 
 

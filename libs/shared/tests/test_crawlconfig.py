@@ -82,3 +82,23 @@ def test_a_cookies_file_is_chosen_by_name_from_the_operators_directory(tmp_path)
     for bad in ("../etc/passwd", "/etc/passwd", "missing.txt"):
         with pytest.raises(ConfigError):
             build({"COOKIES_FILE": bad}, cookies_dir=tmp_path)
+
+
+def test_the_default_plugins_are_switched_and_timed_per_crawl_by_archivebox_names():
+    """Every default plugin's ``<PLUGIN>_ENABLED`` and ``<PLUGIN>_TIMEOUT`` (and ArchiveBox's
+    aliases such as ``SAVE_MEDIA``, ``MEDIA_TIMEOUT``) may be set per crawl, and reach the hooks."""
+    from boxcar.shared.settings import DEFAULT_PLUGINS
+
+    catalog = get_catalog()
+    for plugin in DEFAULT_PLUGINS:
+        properties = catalog[plugin].schema.get("properties") or {}
+        for key, value in ((f"{plugin.upper()}_ENABLED", False), (f"{plugin.upper()}_TIMEOUT", 45)):
+            if key in properties:
+                assert build({key: value}).values[key] == str(value).lower(), key
+    config = build({"SAVE_MEDIA": False, "MEDIA_TIMEOUT": 300, "MEDIA_MAX_SIZE": "20m", "SINGLEFILE_TIMEOUT": 90})
+    assert config.values == {**config.values, "YTDLP_ENABLED": "false", "YTDLP_TIMEOUT": "300"}
+    assert config.values["MEDIA_MAX_SIZE"] == "20m" and config.values["SINGLEFILE_TIMEOUT"] == "90"
+    resolved = catalog.resolve_config(["ytdlp", "singlefile"], config.plugin_environ({}))
+    assert resolved["ytdlp"]["YTDLP_ENABLED"] is False and resolved["ytdlp"]["YTDLP_MAX_SIZE"] == "20m"
+    assert resolved["singlefile"]["SINGLEFILE_TIMEOUT"] == 90
+    assert "ytdlp" not in catalog.enabled_plugins(["ytdlp", "wget"], config.plugin_environ({}))

@@ -9,7 +9,7 @@ from boxcar.shared.plugins import get_catalog
 from boxcar.shared.settings import DEFAULT_PLUGINS
 
 
-def test_default_plan_is_browser_and_fetch_then_extract_and_parse_then_index():
+def test_default_plan_is_browser_fetch_and_media_then_extract_and_parse_then_index():
     table = FamilyTable(DEFAULT_FAMILIES)
     assert table.plan(DEFAULT_PLUGINS) == [
         (
@@ -23,14 +23,24 @@ def test_default_plan_is_browser_and_fetch_then_extract_and_parse_then_index():
                     "dom",
                     "headers",
                     "redirects",
+                    "responses",
+                    "consolelog",
+                    "dns",
+                    "sslcerts",
                     "seo",
+                    "chrome_mhtml",
                     "staticfile",
+                    "singlefile",
                     "parse_dom_outlinks",
                 ],
-                "fetch": ["wget", "favicon"],
+                "fetch": ["wget", "favicon", "git"],
+                "media": ["ytdlp", "gallerydl"],
             },
         ),
-        (2, {"extract": ["htmltotext", "trafilatura"], "parse": ["parse_html_urls"]}),
+        (
+            2,
+            {"extract": ["htmltotext", "trafilatura", "readability", "defuddle"], "parse": ["parse_html_urls"]},
+        ),
         (3, {"index": ["hashes"]}),
     ]
 

@@ -70,6 +70,44 @@ def test_boxcar_overrides_replace_pins_the_registries_here_cannot_meet():
 
 def test_extension_plugins_are_off_unless_enabled_explicitly():
     catalog = get_catalog()
-    assert "singlefile" not in catalog.enabled_plugins(["singlefile", "title"], {})
-    assert "singlefile" in catalog.enabled_plugins(["singlefile"], {"SINGLEFILE_ENABLED": "true"})
-    assert "Chrome Web Store" in catalog.disabled(["singlefile"], {})["singlefile"]
+    assert "ublock" not in catalog.enabled_plugins(["ublock", "title"], {})
+    assert "ublock" in catalog.enabled_plugins(["ublock"], {"UBLOCK_ENABLED": "true"})
+    assert "Chrome Web Store" in catalog.disabled(["ublock"], {})["ublock"]
+    assert "GitHub" in catalog.disabled(["mercury"], {})["mercury"]  # its npm package has a git dependency
+    # SingleFile runs from the npm CLI package's page script instead of the extension
+    assert "singlefile" in catalog.enabled_plugins(["singlefile"], {})
+
+
+def test_boxcar_provisions_the_article_extractors_and_singlefile_from_npm():
+    catalog = get_catalog()
+    resolved = catalog.resolve_config(["readability", "defuddle", "mercury", "singlefile"], {})
+
+    def record(plugin):
+        [(_key, found)] = catalog.required_binaries(plugin, {**resolved["base"], **resolved[plugin]}, "/data/lib")
+        return found
+
+    assert record("readability")["overrides"]["pnpm"]["install_args"] == ["readability-extractor@0.0.6"]
+    assert record("readability")["min_version"] == "0.0.6"
+    assert record("defuddle")["overrides"]["pnpm"]["install_args"] == ["defuddle@0.19.4"]
+    assert record("mercury")["overrides"]["npm"]["install_args"] == ["@jocmp/mercury-parser@3.0.7"]
+    single = record("singlefile")
+    assert (single["name"], single["binproviders"]) == ("single-file", "env,npm")
+    assert single["overrides"]["npm"]["install_args"] == ["single-file-cli@2.0.83"]
+
+
+def test_stage_two_readers_take_the_dom_then_singlefile_then_wget(tmp_path, monkeypatch):
+    """Readability, trafilatura and defuddle (stage 2) read the best capture stage 1 left:
+    abx-plugins' ``find_article_html_source`` (ArchiveBox's rule) — the live DOM, else SingleFile's
+    file, else wget's mirror. Boxcar's plan puts them after the browser family, so all exist."""
+    from abx_plugins.plugins.base.utils import find_article_html_source
+
+    for rel in ("dom/output.html", "singlefile/singlefile.html", "wget/host/index.html"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("<html><body><p>x</p></body></html>")
+    (tmp_path / "readability").mkdir()
+    monkeypatch.chdir(tmp_path / "readability")
+    assert find_article_html_source() == str(tmp_path / "dom/output.html")
+    (tmp_path / "dom/output.html").unlink()  # DOM_ENABLED=false, or the DOM hook failed
+    assert find_article_html_source() == str(tmp_path / "singlefile/singlefile.html")
+    (tmp_path / "singlefile/singlefile.html").unlink()
+    assert find_article_html_source() == str(tmp_path / "wget/host/index.html")
