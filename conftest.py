@@ -248,3 +248,12 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
     yield start
     for stack in stacks:
         stack.stop(grace=20)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The fault scenarios' table rows (``FAULT …``, tests/faults/harness.py) at the end of the run."""
+    harness = sys.modules.get("tests.faults.harness")
+    if harness is not None and harness.REPORT:
+        terminalreporter.section("fault scenarios")
+        for line in harness.REPORT:
+            terminalreporter.write_line(line)

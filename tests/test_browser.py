@@ -75,7 +75,7 @@ def browser_processes(data_dir: Path, worker_prefix: str = "browser-", main_only
 
 
 def test_default_selection_captures_pages_with_a_real_browser(pg_url, nats_url, make_stack, corpus_server):
-    pages = corpus_pages(corpus_server, 10)
+    pages = corpus_pages(corpus_server, 6)
     stack = make_stack(pg_url, nats_url)
     crawl_id = submit(stack, urls=[url for url, _ in pages])
     wait_sealed(stack, crawl_id, timeout=900)
@@ -100,7 +100,7 @@ def test_default_selection_captures_pages_with_a_real_browser(pg_url, nats_url, 
             og_title((CORPUS / "pages" / url.rstrip("/").rsplit("/", 1)[1] / "index.html").read_text(errors="replace")),
         } - {None}
         titles_ok += snap.title in expected
-    assert titles_ok >= 9, f"snapshot titles matched the page's on {titles_ok}/10"
+    assert titles_ok >= 5, f"snapshot titles matched the page's on {titles_ok}/6"
 
 
 def test_no_browser_survives_a_sigkilled_executor(pg_url, nats_url, make_stack, corpus_server):
@@ -143,9 +143,9 @@ def _env(proc: psutil.Process) -> dict:
 
 
 def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, corpus_server):
-    stack = make_stack(pg_url, nats_url, env={"PLUGINS": "chrome,title", "BROWSER_RECYCLE_AFTER": "20"})
-    pages = [url for url, _ in corpus_pages(corpus_server, 50, offset=30)]
-    assert len(pages) == 50
+    stack = make_stack(pg_url, nats_url, env={"PLUGINS": "chrome,title", "BROWSER_RECYCLE_AFTER": "8"})
+    pages = [url for url, _ in corpus_pages(corpus_server, 20, offset=30)]
+    assert len(pages) == 20
     peak, mains, stop = [0], set(), threading.Event()
 
     def sample() -> None:
@@ -164,9 +164,9 @@ def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, co
         stop.set()
         sampler.join(5)
     _, snaps, results = load_crawl(Database(pg_url), crawl_id)
-    assert len(snaps) == 50 and sum(r.plugin == "title" and r.status == "succeeded" for r in results) >= 48
+    assert len(snaps) == 20 and sum(r.plugin == "title" and r.status == "succeeded" for r in results) >= 19
     assert peak[0] == 1, f"{peak[0]} browsers alive at once (one worker must have at most one)"
-    assert len(mains) >= 3, f"50 snapshots with recycling every 20 should use 3 browsers, saw {len(mains)}"
+    assert len(mains) >= 3, f"20 snapshots with recycling every 8 should use 3 browsers, saw {len(mains)}"
 
 
 def test_install_provisions_everything_then_is_a_no_op(tmp_path):

@@ -22,7 +22,10 @@ def run_boxcar(*args: str, data_dir: Path, lib_dir: Path, timeout: float = 900) 
     return subprocess.run([BOXCAR, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_add_wait_json_archives_30_corpus_pages(corpus_server, tmp_path, lib_dir):
+def test_add_wait_json_archives_30_corpus_pages(corpus_server, tmp_path, lib_dir, monkeypatch):
+    """The main job from the command line on 30 pages; the non-browser selection keeps it quick
+    (the default selection end to end: tests/test_end_to_end.py)."""
+    monkeypatch.setenv("PLUGINS", "wget,favicon,htmltotext,trafilatura,hashes")
     urls_txt = tmp_path / "urls.txt"
     urls_txt.write_text(httpx.get(f"{corpus_server}/urls.txt?limit=30").text)
     done = run_boxcar("add", "--wait", "--json", str(urls_txt), data_dir=tmp_path / "data", lib_dir=lib_dir)
