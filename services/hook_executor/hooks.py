@@ -112,6 +112,7 @@ class HookProcess:
         kill_grace: float = 5.0,
         memory_limit: int = 0,
         output_limit: int = 0,
+        limits_interval: float = 1.0,
         spawner: Zygote | None = None,
     ) -> None:
         self.hook = hook
@@ -123,6 +124,7 @@ class HookProcess:
         self.kill_grace = kill_grace
         self.memory_limit = memory_limit
         self.output_limit = output_limit
+        self.limits_interval = limits_interval  # seconds between two looks at memory and output size
         self.over_limit = ""  # why the hook was killed for its size, when it was
         self.spawner = spawner
         self.process_id = new_id()
@@ -138,6 +140,7 @@ class HookProcess:
         self._stderr_head = bytearray()
         self._ready = asyncio.Event()
         self._readers: list[asyncio.Task] = []
+        self._limits: asyncio.Task | None = None
         self._files_before: dict[str, tuple[int, int]] = {}
         self._deadline = 0.0
 
@@ -162,7 +165,7 @@ class HookProcess:
             )
         self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
         if self.memory_limit or self.output_limit:
-            self._readers.append(asyncio.create_task(self._watch_limits()))
+            self._limits = asyncio.create_task(self._watch_limits(self.limits_interval))
 
     @property
     def pid(self) -> int | None:
@@ -296,6 +299,8 @@ class HookProcess:
     async def _finish(self) -> None:
         # Children that outlive the hook keep the pipes open: stop them with the group.
         self._signal_group(signal.SIGKILL)
+        if self._limits is not None:  # a sleeping watcher must not hold the result back (up to its interval)
+            self._limits.cancel()
         try:
             await asyncio.wait_for(asyncio.gather(*self._readers), 5)
         except TimeoutError:

@@ -52,7 +52,9 @@ def script_hook(tmp_path: Path, body: str, name: str = "on_Snapshot__10_probe.py
     return parse_hook("probe", path)
 
 
-def run(hook: Hook, tmp_path: Path, timeout: int = 10, url: str = "https://example.com/") -> HookProcess:
+def run(
+    hook: Hook, tmp_path: Path, timeout: int = 10, url: str = "https://example.com/", **limits
+) -> HookProcess:
     async def go() -> HookProcess:
         snap = tmp_path / "snap"
         proc = HookProcess(
@@ -64,6 +66,7 @@ def run(hook: Hook, tmp_path: Path, timeout: int = 10, url: str = "https://examp
             margin=0,
             kill_grace=1,
             spawner=SPAWNER,
+            **limits,
         )
         await proc.start()
         if hook.is_background:
@@ -104,6 +107,21 @@ def test_exit_10_is_skipped_and_other_codes_fail_with_stderr(tmp_path):
     result = failed.archive_result("S", "C")
     assert result.status == "failed" and "exit code 3" in result.notes and "boom: no such thing" in result.notes
     assert run(script_hook(tmp_path, "pass"), tmp_path).archive_result("S", "C").status == "noresults"
+
+
+def test_a_hook_over_its_memory_limit_is_killed_and_says_why(tmp_path):
+    hook = script_hook(tmp_path, "hog = bytearray(400 * 2**20); hog[::4096] = b'x' * len(hog[::4096]); time.sleep(60)")
+    proc = run(hook, tmp_path, timeout=30, memory_limit=100 * 2**20, limits_interval=0.2)
+    result = proc.archive_result("S", "C")
+    assert result.status == "failed" and "over MEMORY_LIMIT (100 MiB)" in result.notes, result.notes
+
+
+def test_the_limits_watcher_never_holds_a_finished_hook_back(tmp_path):
+    """A hook that ends at once reports at once, not when the watcher next looks (it used to add
+    up to a whole interval to every hook: 1 s each in production). With a 60 s interval the old
+    code ended only at the 5 s cap on waiting for the readers, so 4 s separates the two."""
+    proc = run(script_hook(tmp_path, "pass"), tmp_path, memory_limit=2**30, limits_interval=60)
+    assert (proc.ended_at - proc.started_at).total_seconds() < 4
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
