@@ -144,13 +144,34 @@ class Settings(BaseSettings):
     )
     snapshot_lease_seconds: int = Field(default=300, ge=5, description="Seconds a runner's lease on a stage lasts")
     crawl_lease_seconds: int = Field(default=15, ge=1, description="Seconds between a started crawl's seal checks")
-    executor_concurrency: int = Field(default=2, ge=1, description="Tasks one hook-executor process runs at once")
+    executor_concurrency: int = Field(
+        default=4,
+        ge=1,
+        description="Tasks one hook-executor process runs at once (fetch, extract, parse, index; the browser "
+        "and media families have their own below)",
+    )
+    browser_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tasks one browser-family executor runs at once, each a tab in its Chromium (default "
+        "EXECUTOR_CONCURRENCY, at most 2: every tab costs Chromium memory)",
+    )
     media_concurrency: int | None = Field(
         default=None,
         ge=1,
-        description="Tasks one media-family executor runs at once (default EXECUTOR_CONCURRENCY): yt-dlp and "
-        "gallery-dl downloads are long and large, so a deployment may run fewer at once and scale the pool",
+        description="Tasks one media-family executor runs at once (default EXECUTOR_CONCURRENCY, at most 2): "
+        "yt-dlp and gallery-dl downloads are long and large, so a deployment may run fewer at once and scale "
+        "the pool",
     )
+
+    def family_concurrency(self, family: str) -> int:
+        """Tasks at once for one executor of ``family``: ``BROWSER_CONCURRENCY`` / ``MEDIA_CONCURRENCY``
+        when set, else ``EXECUTOR_CONCURRENCY`` (capped at 2 for those two heavy families)."""
+        own = {"browser": self.browser_concurrency, "media": self.media_concurrency}
+        if family in own:
+            return own[family] or min(self.executor_concurrency, 2)
+        return self.executor_concurrency
+
     task_ack_wait: int = Field(
         default=60, ge=5, description="Seconds JetStream waits for a task's ack (heartbeats extend it)"
     )

@@ -37,8 +37,8 @@ class HookExecutor:
     """One executor process of a family's pool.
 
     Args:
-        settings: ``EXECUTOR_CONCURRENCY`` tasks run at once (``MEDIA_CONCURRENCY`` for the media
-            family, whose downloads are long); ``TASK_ACK_WAIT`` and
+        settings: ``Settings.family_concurrency`` tasks run at once (``EXECUTOR_CONCURRENCY``;
+            ``BROWSER_CONCURRENCY`` / ``MEDIA_CONCURRENCY`` for the heavy families); ``TASK_ACK_WAIT`` and
             ``TASK_MAX_DELIVER`` configure the family's consumer.
         family: the family whose ``tasks.hooks.<family>`` this process pulls.
     """
@@ -55,8 +55,7 @@ class HookExecutor:
         self.settings = settings
         self.family = family
         self.catalog = catalog or get_catalog()
-        default = (settings.media_concurrency if family == "media" else None) or settings.executor_concurrency
-        self.concurrency = concurrency or default
+        self.concurrency = concurrency or settings.family_concurrency(family)
         self.shared = shared
         self._stop = asyncio.Event()
         self.worker_id = f"{family}-{os.getpid()}-{new_id()[-8:]}"

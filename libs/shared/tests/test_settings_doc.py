@@ -20,3 +20,16 @@ def test_the_readme_shows_the_rendered_table():
         "README's settings table is stale: paste the output of "
         "`python -c 'from boxcar.shared.settings import settings_table; print(settings_table())'`"
     )
+
+
+def test_heavy_families_run_fewer_tasks_at_once_unless_told():
+    default = Settings()
+    assert [default.family_concurrency(f) for f in ("fetch", "extract", "browser", "media")] == [4, 4, 2, 2]
+    one = Settings(executor_concurrency=1)
+    assert {one.family_concurrency(f) for f in ("fetch", "browser", "media")} == {1}
+    own = Settings(browser_concurrency=3, media_concurrency=1)
+    assert (own.family_concurrency("browser"), own.family_concurrency("media"), own.family_concurrency("parse")) == (
+        3,
+        1,
+        4,
+    )
