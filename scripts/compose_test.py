@@ -354,6 +354,9 @@ def main() -> int:
     os.environ["BOXCAR_ARCHIVE_PUBLISH"] = f"127.0.0.1:{archive_port}"
     os.environ["ARCHIVE_ORIGIN"] = f"http://127.0.0.1:{archive_port}"
     os.environ["URL_ALLOW_PRIVATE"] = "true"  # the corpus is on the gateway, a private address
+    # One task at a time per executor, so a mid-crawl scale-up still finds fetch tasks queued (at the
+    # default 4 the first fetch replica takes 20 pages' tasks before new replicas are healthy).
+    os.environ["EXECUTOR_CONCURRENCY"] = "1"
     summary: dict = {}
     stack = None
     LOG.write_text("")
