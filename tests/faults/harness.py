@@ -30,10 +30,10 @@ from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
 from boxcar.shared.plugins import get_catalog
 
 #: Plugins of the fault scenarios: every family but the browser's, fast on 2 cores.
-REPORT: list[str] = []
-"""Every scenario's ``FAULT …`` line of this session, printed in pytest's terminal summary (conftest)."""
-
 PLUGINS = ["wget", "favicon", "htmltotext", "parse_html_urls", "hashes"]
+
+#: Every scenario's ``FAULT …`` line of this session, printed in pytest's terminal summary (conftest).
+REPORT: list[str] = []
 
 
 class NatsServer:
