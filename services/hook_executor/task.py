@@ -275,7 +275,7 @@ class TaskRun:
     async def _run_hook(self, hook: Hook) -> None:
         task, env = self.task, self.env
         hook = substitute(hook)
-        if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
+        if self.cancelled.is_set():
             await self.x.publish_result(_result(task, hook, "skipped", "cancelled"))
             return
         if self.x.catalog[hook.plugin].waits_for_background and self.background:
@@ -292,6 +292,11 @@ class TaskRun:
             stand_ins = await self.x.warm.binary_overrides(binary_env.values)
             if stand_ins:
                 binary_env = BinaryEnv({**binary_env.values, **stand_ins}, binary_env.paths)
+        # asked last, after every await that can take a while (binaries, warm interpreter), so a
+        # cancel that lands while this hook was being prepared still stops it from starting
+        if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
+            await self.x.publish_result(_result(task, hook, "skipped", "cancelled"))
+            return
         hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
         args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
         proc = HookProcess(

@@ -56,10 +56,13 @@ HOOK_PRELOAD = (
 
 # ----------------------------------------------------------------------------- wire format
 
+#: Each message is a JSON object after its length (4 bytes, network order).
+FRAME = struct.Struct("!I")
+
 
 def _send(sock: socket.socket, obj: dict) -> None:
     data = json.dumps(obj).encode()
-    sock.sendall(struct.pack("!I", len(data)) + data)
+    sock.sendall(FRAME.pack(len(data)) + data)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -73,8 +76,29 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def _recv(sock: socket.socket) -> dict:
-    (size,) = struct.unpack("!I", _recv_exact(sock, 4))
+    (size,) = FRAME.unpack(_recv_exact(sock, FRAME.size))
     return json.loads(_recv_exact(sock, size))
+
+
+async def _recv_async(sock: socket.socket) -> dict:
+    """``_recv`` on the event loop (``sock`` becomes non-blocking): waiting for a hook's exit
+    must not hold one of the default executor's few threads for the hook's whole life — with
+    a few hooks running at once that pool runs dry and every ``to_thread`` of the executor
+    (starting the next hook included) waits for some hook to end."""
+    loop = asyncio.get_running_loop()
+    sock.setblocking(False)
+
+    async def exactly(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = await loop.sock_recv(sock, n - len(buf))
+            if not chunk:
+                raise ConnectionError("zygote connection closed")
+            buf += chunk
+        return buf
+
+    (size,) = FRAME.unpack(await exactly(FRAME.size))
+    return json.loads(await exactly(size))
 
 
 def _unix_call(sock: socket.socket, method: str, path: str) -> None:
@@ -399,7 +423,7 @@ class WarmProcess:
 
     async def _await_exit(self) -> None:
         try:
-            message = await asyncio.to_thread(_recv, self._conn)
+            message = await _recv_async(self._conn)
             self.returncode = int(message["exit"])
         except (ConnectionError, OSError, ValueError, KeyError):
             self.returncode = -signal.SIGKILL  # the zygote died: so did the child (PDEATHSIG)

@@ -6,6 +6,7 @@ be indistinguishable."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
 import textwrap
@@ -52,9 +53,7 @@ def script_hook(tmp_path: Path, body: str, name: str = "on_Snapshot__10_probe.py
     return parse_hook("probe", path)
 
 
-def run(
-    hook: Hook, tmp_path: Path, timeout: int = 10, url: str = "https://example.com/", **limits
-) -> HookProcess:
+def run(hook: Hook, tmp_path: Path, timeout: int = 10, url: str = "https://example.com/", **limits) -> HookProcess:
     async def go() -> HookProcess:
         snap = tmp_path / "snap"
         proc = HookProcess(
@@ -254,3 +253,36 @@ def test_does_not_apply_is_skipped_not_noresults(tmp_path):
     ):
         result = run(script_hook(tmp_path, body % reason), tmp_path).archive_result("S", "C")
         assert (result.status, result.output_str) == (status, reason)
+
+
+def test_running_hooks_hold_no_thread_so_the_next_hook_still_starts(tmp_path):
+    """Hooks running at once (4 tasks × their background hooks) must not each hold a thread of the
+    default executor until they exit: ``HookProcess.start`` uses that pool, so once it ran dry the
+    next hook waited for some running one to end (a cancel then found hooks "started" after it)."""
+    hook = script_hook(tmp_path, "print('{}', flush=True); time.sleep(60)\n")
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+        procs = [
+            HookProcess(
+                hook,
+                [sys.executable, hook.path],
+                tmp_path / f"snap{i}" / hook.plugin,
+                dict(os.environ),
+                60,
+                margin=0,
+                kill_grace=1,
+                spawner=SPAWNER,
+            )
+            for i in range(4)  # twice the pool's threads
+        ]
+        try:
+            for proc in procs:
+                await asyncio.wait_for(proc.start(), 20)
+                await asyncio.wait_for(proc.wait_ready(), 20)
+            assert all(alive(p.pid) for p in procs)
+        finally:
+            await asyncio.gather(*(p.kill(grace=0) for p in procs if p.proc is not None))
+
+    asyncio.run(go())
