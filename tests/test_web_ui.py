@@ -218,16 +218,24 @@ def test_replay_shows_the_captured_page(page, state):
     frame_src = page.get_attribute("#replay-frame", "src")
     assert not frame_src.startswith(page.url.split("/snapshots")[0])  # another origin than Boxcar's
 
+    seen: dict[str, str] = {}  # each frame's URL and the start of its text, for the failure message
+
     def replayed() -> bool:
         for frame in page.frames:
             try:
-                if PHRASE in (frame.evaluate("document.body ? document.body.innerText : ''") or ""):
-                    return True
-            except playwright_api.Error:
-                continue
+                text = frame.evaluate("document.body ? document.body.innerText : ''") or ""
+            except playwright_api.Error as exc:
+                text = f"<{exc.message.splitlines()[0]}>"
+            seen[frame.url] = " ".join(text.split())[:200]
+            if PHRASE in text:
+                return True
         return False
 
-    wait_until(replayed, 90, "the replayed page's text inside ReplayWeb.page")
+    try:
+        wait_until(replayed, 90, "the replayed page's text inside ReplayWeb.page")
+    except AssertionError as exc:
+        shot(page, "08-replay-failed")
+        raise AssertionError(f"{exc}; frames seen: {seen}") from None
     shot(page, "08-replay")
 
 
