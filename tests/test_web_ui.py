@@ -236,7 +236,32 @@ def test_replay_shows_the_captured_page(page, state):
     except AssertionError as exc:
         shot(page, "08-replay-failed")
         raise AssertionError(f"{exc}; frames seen: {seen}") from None
+    state["replay_frame"] = next(f.url for f in page.frames if "/replay/?" in f.url and "source=" in f.url)
     shot(page, "08-replay")
+
+
+def test_the_replay_frame_works_before_a_service_worker_controls_it(browser, page, state):
+    """The frame the embed loaded (``/replay/?source=…``), opened where no service worker is
+    registered yet (a new browser context with the same login): the server's answer is the viewer
+    itself, which registers its worker and replays, instead of a 404 (replayweb.page #412)."""
+    frame_url = state["replay_frame"]
+    context = browser.new_context(storage_state=page.context.storage_state())
+    try:
+        fresh = context.new_page()
+        assert fresh.goto(frame_url).status == 200
+
+        def replayed() -> bool:
+            for frame in fresh.frames:
+                try:
+                    if PHRASE in (frame.evaluate("document.body ? document.body.innerText : ''") or ""):
+                        return True
+                except playwright_api.Error:
+                    continue
+            return False
+
+        wait_until(replayed, 90, "the replayed page's text in a frame no service worker controlled at first")
+    finally:
+        context.close()
 
 
 def test_delete_a_snapshot_and_it_is_gone_from_list_and_search(page, state):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import anyio.to_thread
-from litestar import Controller, Request, get
+from litestar import Controller, MediaType, Request, Response, get
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter
@@ -19,6 +19,11 @@ from boxcar.ingest.library import SnapshotLibrary
 
 PathStr = Annotated[str, PathParameter()]
 NOT_FOUND = "no such archived file"
+#: What ReplayWeb.page's service worker answers for its base URL (``getIndexHtml`` in its sw.js).
+REPLAY_INDEX = (
+    '<!doctype html>\n<html>\n<head><script src="/replay/ui.js"></script></head>\n'
+    "<body>\n<replay-app-main></replay-app-main>\n</body></html>\n"
+)
 
 
 class ArchiveFilesController(Controller):
@@ -73,6 +78,17 @@ class ReplayController(Controller):
                 "source": f"/archive/{snap.id}/{detail.links['warc']}",
             },
         )
+
+    @get("/replay/")
+    async def index(self, request: Request) -> Response[str]:
+        """The viewer's inner page, as its service worker would serve it. The embed frames
+        ``/replay/?source=…``; on the first visit the just-registered worker may not control that
+        frame yet, the embed reloads it at most three times and then shows what the server sent
+        (replayweb.page issue #412). Answering with the same page as the worker makes that first
+        load work instead of showing a 404 until the user reloads."""
+        if not replay.available(request.app.state.settings):
+            raise NotFoundException(NOT_FOUND)
+        return Response(REPLAY_INDEX, media_type=MediaType.HTML, headers={"X-Content-Type-Options": "nosniff"})
 
     @get("/replay/{name:str}")
     async def asset(self, request: Request, name: PathStr) -> File:

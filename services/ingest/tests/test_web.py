@@ -297,6 +297,26 @@ def test_the_archive_origin_serves_files_and_nothing_else(archive):
             assert c.get(path).status_code in (404, 405), path
 
 
+def test_the_archive_origin_answers_the_replay_frame_as_the_service_worker_would(archive):
+    """``/replay/?source=…`` gets ReplayWeb.page's own inner page from the server too (the frame a
+    not-yet-controlling service worker lets through), never a 404; only once the viewer is there."""
+    from boxcar.ingest import replay
+    from boxcar.ingest.app import create_archive_app
+
+    settings = Settings(data_dir=archive["data_dir"], public_reads=True, archive_security_mode="separate-origin")
+    source = f"/archive/{archive['sealed']}/wget/warc/a.warc.gz"
+    with TestClient(create_archive_app(settings, archive["db"])) as c:
+        assert c.get("/replay/", params={"source": source}).status_code == 404  # no viewer installed
+        folder = replay.assets_dir(settings)
+        folder.mkdir(parents=True)
+        for name in replay.ASSETS:
+            (folder / name).write_text("// stand-in")
+        frame = c.get("/replay/", params={"source": source, "embed": "replayonly"})
+        assert frame.status_code == 200 and frame.headers["content-type"].startswith("text/html")
+        assert '<script src="/replay/ui.js"></script>' in frame.text and "<replay-app-main>" in frame.text
+        assert c.get("/replay/sw.js").status_code == 200
+
+
 def test_public_reads_show_the_archive_but_never_change_it(archive):
     with client(archive, public_reads=True) as c:
         listing = c.get("/")
