@@ -211,6 +211,20 @@ def test_a_hostile_archived_page_never_reaches_boxcar(page, stack, state):
     assert any(c["name"] == "boxcar_session" for c in page.context.cookies())
 
 
+def shows_phrase(page, seen: dict[str, str]) -> bool:
+    """Whether a frame of ``page`` (ReplayWeb.page nests them) shows the article's phrase; notes
+    each frame's URL and the start of its text in ``seen``."""
+    for frame in page.frames:
+        try:
+            text = frame.evaluate("document.body ? document.body.innerText : ''") or ""
+        except playwright_api.Error as exc:
+            text = f"<{exc.message.splitlines()[0]}>"
+        seen[frame.url] = " ".join(text.split())[:200]
+        if PHRASE in text:
+            return True
+    return False
+
+
 def test_replay_shows_the_captured_page(page, state):
     page.goto(f"/snapshots/{state['article']}")
     page.click("#replay")
@@ -219,20 +233,8 @@ def test_replay_shows_the_captured_page(page, state):
     assert not frame_src.startswith(page.url.split("/snapshots")[0])  # another origin than Boxcar's
 
     seen: dict[str, str] = {}  # each frame's URL and the start of its text, for the failure message
-
-    def replayed() -> bool:
-        for frame in page.frames:
-            try:
-                text = frame.evaluate("document.body ? document.body.innerText : ''") or ""
-            except playwright_api.Error as exc:
-                text = f"<{exc.message.splitlines()[0]}>"
-            seen[frame.url] = " ".join(text.split())[:200]
-            if PHRASE in text:
-                return True
-        return False
-
     try:
-        wait_until(replayed, 90, "the replayed page's text inside ReplayWeb.page")
+        wait_until(partial(shows_phrase, page, seen), 90, "the replayed page's text inside ReplayWeb.page")
     except AssertionError as exc:
         shot(page, "08-replay-failed")
         raise AssertionError(f"{exc}; frames seen: {seen}") from None
@@ -249,17 +251,7 @@ def test_the_replay_frame_works_before_a_service_worker_controls_it(browser, pag
     try:
         fresh = context.new_page()
         assert fresh.goto(frame_url).status == 200
-
-        def replayed() -> bool:
-            for frame in fresh.frames:
-                try:
-                    if PHRASE in (frame.evaluate("document.body ? document.body.innerText : ''") or ""):
-                        return True
-                except playwright_api.Error:
-                    continue
-            return False
-
-        wait_until(replayed, 90, "the replayed page's text in a frame no service worker controlled at first")
+        wait_until(partial(shows_phrase, fresh, {}), 90, "the replayed text where no service worker was yet")
     finally:
         context.close()
 
