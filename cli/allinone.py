@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
-
-import uvicorn
 
 from boxcar.binary_resolver.resolver import BinaryResolver
 from boxcar.crawl_runner.runner import CrawlRunner
 from boxcar.hook_executor.worker import HookExecutor, SharedResources
 from boxcar.ingest.app import create_app, create_archive_app
+from boxcar.ingest.server import server
 from boxcar.result_projector.projector import ResultProjector
 from boxcar.shared import telemetry
 from boxcar.shared.db import Database
@@ -45,14 +43,16 @@ async def main(families: list[str]) -> None:
     projector = ResultProjector(settings, db)
     resolver = BinaryResolver(settings)
     executors = [HookExecutor(settings, family, shared=shared) for family in families]
-    servers = [_server(create_app(settings, db), settings.api_host, settings.api_port)]
+    servers = [server(create_app(settings, db), settings.api_host, settings.api_port, handle_signals=False)]
     if settings.archive_port:  # archived files and WARC replay, on their own origin
-        servers.append(_server(create_archive_app(settings, db), settings.api_host, settings.archive_port))
+        servers.append(
+            server(create_archive_app(settings, db), settings.api_host, settings.archive_port, handle_signals=False)
+        )
 
     def stop(signame: str) -> None:
         log.info("%s received: finishing current work", signame)
-        for server in servers:
-            server.should_exit = True
+        for http in servers:
+            http.should_exit = True
         for service in (runner, projector, resolver, *executors):
             service.stop()
 
@@ -61,7 +61,7 @@ async def main(families: list[str]) -> None:
         loop.add_signal_handler(sig, stop, sig.name)
     try:
         await asyncio.gather(
-            *(server.serve() for server in servers),
+            *(http.serve() for http in servers),
             runner.run(),
             projector.run(),
             resolver.run(),
@@ -71,18 +71,6 @@ async def main(families: list[str]) -> None:
         shared.stop()
         db.dispose()
         telemetry.shutdown_tracing()
-
-
-class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves signals to us (we stop every service, uvicorn included)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        yield
-
-
-def _server(app, host: str, port: int) -> uvicorn.Server:
-    return _QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"))
 
 
 def cli() -> None:

@@ -4,46 +4,22 @@ with ``ARCHIVE_PORT``, archived files and WARC replay on their own origin on tha
 from __future__ import annotations
 
 import asyncio
-import contextlib
-
-import uvicorn
 
 from boxcar.ingest.app import create_app, create_archive_app
+from boxcar.ingest.server import server
 from boxcar.shared import telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.service import setup_logging
 from boxcar.shared.settings import get_settings
 
 
-class _SecondServer(uvicorn.Server):
-    """The archive origin's server: the main one owns the signals and stops it when it stops."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        yield
-
-
 async def serve_both(settings) -> None:
+    """The API on ``API_PORT`` (it owns the signals) and the archive origin on ``ARCHIVE_PORT``
+    (stopped when the API stops)."""
     db = Database(settings.sqlalchemy_url)
     await asyncio.to_thread(db.upgrade)
-    main = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings, db),
-            host=settings.api_host,
-            port=settings.api_port,
-            log_level="warning",
-            access_log=False,
-        )
-    )
-    archive = _SecondServer(
-        uvicorn.Config(
-            create_archive_app(settings, db),
-            host=settings.api_host,
-            port=settings.archive_port,
-            log_level="warning",
-            access_log=False,
-        )
-    )
+    main = server(create_app(settings, db), settings.api_host, settings.api_port)
+    archive = server(create_archive_app(settings, db), settings.api_host, settings.archive_port, handle_signals=False)
     second = asyncio.create_task(archive.serve())
     try:
         await main.serve()
@@ -62,13 +38,7 @@ def main() -> None:
         if settings.archive_port:
             asyncio.run(serve_both(settings))
         else:
-            uvicorn.run(
-                create_app(settings),
-                host=settings.api_host,
-                port=settings.api_port,
-                log_level="warning",
-                access_log=False,
-            )
+            server(create_app(settings), settings.api_host, settings.api_port).run()
     finally:
         telemetry.shutdown_tracing()  # flush spans still buffered
 
