@@ -206,6 +206,9 @@ class EgressProxy:
                     f"{__name__}.EgressPolicyPlugin",
                     "--num-acceptors",
                     "1",
+                    # a thread per connection: the default "threadless" loop polls every 25 ms
+                    # even with no connection (0.5 % of a core on an idle stack; this: 0.03 %)
+                    "--threaded",
                     "--log-level",
                     "WARNING",
                 ],
