@@ -4,6 +4,12 @@ The crawl-runner puts a crawl's id there when a user cancels it (or the crawl is
 executor asks before it starts a task (``is_cancelled``: a direct read, so a just-started
 executor cannot miss one), and a watch on the bucket sets a per-crawl event that running tasks
 wait on, so their hooks are killed within moments of the cancel.
+
+The watch is a plain subscription to the bucket's subjects (``$KV.CANCELLED.>``: every put is a
+message there), not nats-py's ``watchall``: that one's ordered consumer checks its flow control
+four times a second for as long as it lives — most of an idle executor's CPU. Puts made while
+this executor was disconnected are picked up by reading the bucket's keys again every
+``RESYNC`` seconds (and at start, after subscribing, so none falls between the two).
 """
 
 from __future__ import annotations
@@ -13,15 +19,26 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, NoKeysError
+
+from boxcar.shared.bus import CANCELLED_BUCKET
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two reads of every key (puts missed while NATS was away).
+RESYNC = 60.0
+
 
 class Cancellations:
-    """The executor's view of the ``CANCELLED`` bucket."""
+    """The executor's view of the ``CANCELLED`` bucket.
 
-    def __init__(self, bucket) -> None:
+    Args:
+        nc: the executor's NATS connection (for the subscription).
+        bucket: the bucket, as ``bus.cancelled_bucket`` returns it.
+    """
+
+    def __init__(self, nc, bucket) -> None:
+        self.nc = nc
         self.bucket = bucket
         self.known: set[str] = set()
         self._events: dict[str, asyncio.Event] = {}
@@ -38,17 +55,30 @@ class Cancellations:
             await asyncio.gather(self._watch_task, return_exceptions=True)
 
     async def _watch(self) -> None:
-        while True:
-            try:
-                watcher = await self.bucket.watchall()
-                async for entry in watcher:
-                    if entry is not None and entry.value:
-                        self._mark(entry.key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # NATS away: watch again once it is back
-                log.warning("watching cancellations failed (%s); retrying", exc)
-                await asyncio.sleep(1)
+        prefix = f"$KV.{CANCELLED_BUCKET}."
+
+        async def on_put(msg) -> None:
+            if msg.data:  # a delete or purge marker has no value
+                self._mark(msg.subject[len(prefix) :])
+
+        sub = await self.nc.subscribe(prefix + ">", cb=on_put)
+        try:
+            with contextlib.suppress(Exception):  # NATS away: the subscription is renewed on reconnect
+                await self.nc.flush()  # the server has the subscription: no put falls before it
+            while True:
+                try:
+                    for crawl_id in await self.bucket.keys():
+                        self._mark(crawl_id)
+                except NoKeysError:
+                    pass
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # NATS away: the next read catches up
+                    log.warning("reading cancellations failed (%s); reading again in %.0f s", exc, RESYNC)
+                await asyncio.sleep(RESYNC)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     def _mark(self, crawl_id: str) -> None:
         if crawl_id not in self.known:

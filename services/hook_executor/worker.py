@@ -85,7 +85,7 @@ class HookExecutor:
         for reply in handed_back:  # tasks a dead worker held: redeliver now, not at the ack deadline
             await nc.publish(reply, b"-NAK")
         self.registration = reaper.Registration(registry, self.worker_id)
-        self.cancellations = Cancellations(await bus.cancelled_bucket(js))
+        self.cancellations = Cancellations(nc, await bus.cancelled_bucket(js))
         await self.cancellations.start()
         binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
         if self.shared is not None:  # executors of several families in one process share these
