@@ -44,6 +44,19 @@ def tree(pids: list[int]) -> list[psutil.Process]:
     return out
 
 
+def _label(proc: psutil.Process) -> str:
+    """A short name for a process of the stack: its program and the module or script it runs."""
+    try:
+        cmd = proc.cmdline()
+    except psutil.Error:
+        return proc.name()
+    words = [Path(cmd[0]).name] if cmd else [proc.name()]
+    for arg in cmd[1:4]:
+        if not arg.startswith("-") or arg == "-m":
+            words.append(arg if len(arg) < 40 else Path(arg).name)
+    return " ".join(words)[:40]
+
+
 def one_url(client: BoxcarClient, url: str, plugins: list[str]) -> float:
     started = time.perf_counter()
     crawl_id = client.create_crawl({"urls": [url], "plugins": plugins, "only_new": False})["id"]
@@ -100,14 +113,22 @@ def main() -> None:
             time.sleep(args.idle)
             cpu = 0.0
             rss = pss = 0
+            per_process = []
             for p in procs:
                 try:
-                    cpu += sum(p.cpu_times()[:2]) - before.get(p.pid, 0.0)
+                    used = sum(p.cpu_times()[:2]) - before.get(p.pid, 0.0)
                     mem = p.memory_full_info()
+                    per_process.append((used, mem.rss, mem.pss, _label(p)))
+                    cpu += used
                     rss += mem.rss
                     pss += mem.pss
                 except psutil.Error:
                     continue
+            for used, p_rss, p_pss, label in sorted(per_process, reverse=True):
+                print(
+                    f"  {label:<40} {100 * used / args.idle:5.2f}% CPU  "
+                    f"RSS {p_rss / 2**20:4.0f} MiB  PSS {p_pss / 2**20:4.0f} MiB"
+                )
             print(
                 f"[{args.shape}] idle over {args.idle:.0f} s: {100 * cpu / args.idle:.2f}% of a core, "
                 f"RSS {rss / 2**20:.0f} MiB, PSS {pss / 2**20:.0f} MiB, {len(procs)} processes"
