@@ -182,6 +182,12 @@ class Settings(BaseSettings):
         "yt-dlp and gallery-dl from warmed ones), and cache Node's compiled modules: the same hooks, a fraction "
         "of the CPU",
     )
+    warm_idle_timeout: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds a warm interpreter waits for the next hook before it exits and gives its memory back "
+        "(the next hook starts it again; 0 = never)",
+    )
     hook_kill_grace: float = Field(default=5.0, ge=0, description="Seconds between SIGTERM and SIGKILL for a hook")
     browser_recycle_after: int = Field(
         default=50, ge=0, description="Snapshots per Chromium before a fresh one (0 = never)"

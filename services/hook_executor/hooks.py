@@ -150,9 +150,13 @@ class HookProcess:
         self._files_before = await asyncio.to_thread(scan_files, self.plugin_dir)
         self.started_at = utcnow()
         self._deadline = asyncio.get_running_loop().time() + self.timeout + self.margin
+        self.proc = None
         if self.spawner is not None:  # a fork of the warm interpreter, set up as a fresh process would be
-            self.proc = await self.spawner.spawn(self.cmd, self.plugin_dir, self.env)
-        else:
+            try:
+                self.proc = await self.spawner.spawn(self.cmd, self.plugin_dir, self.env)
+            except OSError as exc:  # it just exited idle (or died): this hook starts cold
+                log.info("warm interpreter unavailable for %s (%s): starting it cold", self.hook.name, exc)
+        if self.proc is None:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.cmd,
                 cwd=self.plugin_dir,

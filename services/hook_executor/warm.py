@@ -13,8 +13,9 @@ imported the tool and run it once on local input: their first run in a process i
 compiling hundreds of extractor patterns (yt-dlp: 2.2 CPU-s cold, 0.1–0.4 in a warm fork;
 gallery-dl: 0.7 and 0.01), and they run for every page.
 
-Anything that cannot be warmed (a zygote that does not start) falls back to a cold start: the
-hook runs the same either way, only slower.
+Anything that cannot be warmed (a zygote that does not start, or one that just exited after
+``WARM_IDLE_TIMEOUT`` seconds without a hook) falls back to a cold start: the hook runs the same
+either way, only slower. Zygotes that exited idle are started again on the next hook.
 """
 
 from __future__ import annotations
@@ -71,14 +72,16 @@ class WarmInterpreters:
     Args:
         root: a private directory for their sockets and stand-ins.
         catalog, plugins: the plugins this executor runs (their config models are pre-built).
+        idle_exit: seconds without a hook after which each exits (``WARM_IDLE_TIMEOUT``; 0: never).
     """
 
-    def __init__(self, root: Path, catalog: PluginCatalog, plugins: list[str]) -> None:
+    def __init__(self, root: Path, catalog: PluginCatalog, plugins: list[str], idle_exit: float = 0.0) -> None:
         self.root = root
+        self.idle_exit = idle_exit
         configs = tuple(
             str(Path(catalog[p].path) / "config.json") for p in catalog.with_requirements(plugins) if p in catalog
         )
-        self.hooks = Zygote(sys.executable, root / "hooks.sock", HOOK_PRELOAD, configs)
+        self.hooks = Zygote(sys.executable, root / "hooks.sock", HOOK_PRELOAD, configs, idle_exit=idle_exit)
         self.second: dict[str, Zygote] = {}
         self._failed: set[str] = set()
         self._lock = asyncio.Lock()
@@ -116,7 +119,9 @@ class WarmInterpreters:
             name = key.removesuffix("_BINARY").lower()
             server = self.second.get(name)
             if server is None:
-                server = self.second[name] = Zygote(str(python), self.root / f"{name}.sock", preload)
+                server = self.second[name] = Zygote(
+                    str(python), self.root / f"{name}.sock", preload, idle_exit=self.idle_exit
+                )
             if await self._ready(name, server) is None:
                 continue
             out[key] = str(self._stand_in(name, Path(binary).name, server))
@@ -128,7 +133,9 @@ class WarmInterpreters:
             name = key.removesuffix("_BINARY").lower()
             server = self.second.get(name)
             if server is None:
-                server = self.second[name] = Zygote(str(python), self.root / f"{name}.sock", preload, warmup=warmup)
+                server = self.second[name] = Zygote(
+                    str(python), self.root / f"{name}.sock", preload, warmup=warmup, idle_exit=self.idle_exit
+                )
             if await self._ready(name, server) is None:
                 continue
             out[key] = str(self._tool_stand_in(name, Path(binary).name, server, main))
@@ -142,7 +149,7 @@ class WarmInterpreters:
         binary = directory / binary_name
         script = (
             f'#!/bin/sh\nexec "{sys.executable}" -I "{zygote.__file__}" --client "{server.socket_path}" '
-            f'-c {shlex.quote(main)} "$@"\n'
+            f'--cold "{server.python}" -c {shlex.quote(main)} "$@"\n'
         )
         if not binary.exists() or binary.read_text() != script:
             binary.write_text(script)
@@ -157,11 +164,19 @@ class WarmInterpreters:
             binary.write_text("#!/bin/sh\necho 'a stand-in: only its sibling python is used' >&2\nexit 1\n")
             binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
         python = directory / "python"
-        script = f'#!/bin/sh\nexec "{sys.executable}" -I "{zygote.__file__}" --client "{server.socket_path}" "$@"\n'
+        script = (
+            f'#!/bin/sh\nexec "{sys.executable}" -I "{zygote.__file__}" --client "{server.socket_path}" '
+            f'--cold "{server.python}" "$@"\n'
+        )
         if not python.exists() or python.read_text() != script:
             python.write_text(script)
             python.chmod(0o700)
         return binary
+
+    def reap(self) -> None:
+        """Collect the exit status of zygotes that exited idle (no zombie waits for the next hook)."""
+        for server in [self.hooks, *self.second.values()]:
+            server.running()
 
     def stop(self) -> None:
         for server in [self.hooks, *self.second.values()]:

@@ -95,7 +95,12 @@ class HookExecutor:
             self.warm = None
             if self.settings.warm_hooks:
                 plugins = list(load_families().families[self.family].plugins)
-                self.warm = WarmInterpreters(registry.parent / "warm" / self.worker_id, self.catalog, plugins)
+                self.warm = WarmInterpreters(
+                    registry.parent / "warm" / self.worker_id,
+                    self.catalog,
+                    plugins,
+                    idle_exit=self.settings.warm_idle_timeout,
+                )
         self.executor = TaskExecutor(
             self.settings,
             js,
@@ -138,9 +143,12 @@ class HookExecutor:
 
     async def _sweep(self, nc, registry, interval: float = 30.0) -> None:
         """Now and then, do for any executor on this machine that died what a restart would: kill
-        what it left running (a detached Chromium) and hand its tasks back."""
+        what it left running (a detached Chromium) and hand its tasks back; and collect warm
+        interpreters that exited idle."""
         while True:
             await asyncio.sleep(interval)
+            if self.warm is not None:
+                self.warm.reap()
             try:
                 for reply in await asyncio.to_thread(reaper.sweep_dead_workers, registry):
                     await nc.publish(reply, b"-NAK")
@@ -200,7 +208,11 @@ class SharedResources:
         self.egress = egress_proxy(settings, root / "egress" / name)
         table = load_families().families
         plugins = [p for f in families for p in table[f].plugins]
-        self.warm = WarmInterpreters(root / "warm" / name, catalog, plugins) if settings.warm_hooks else None
+        self.warm = (
+            WarmInterpreters(root / "warm" / name, catalog, plugins, idle_exit=settings.warm_idle_timeout)
+            if settings.warm_hooks
+            else None
+        )
 
     def stop(self) -> None:
         if self.egress:

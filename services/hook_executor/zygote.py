@@ -13,6 +13,11 @@ child's pid, then its exit status (``-N`` for a signal, as ``subprocess`` report
 client goes away first, the zygote kills the child's group: a hook never outlives whoever asked
 for it.
 
+A zygote with no hook running for ``idle_exit`` seconds removes its socket and exits (the
+executor starts it again for the next hook): an idle stack does not keep its warm interpreters'
+memory. Whoever finds no zygote at the socket — the executor, or a stand-in interpreter —
+starts the program cold instead, so a hook never fails for want of a warm interpreter.
+
 ``WarmProcess`` is the client side, shaped like ``asyncio.subprocess.Process`` (``pid``,
 ``returncode``, ``stdout``/``stderr`` readers, ``wait()``), so ``HookProcess`` runs a hook the same
 way warm or cold, and kills it the same way (``killpg``). ``python -m boxcar.hook_executor.zygote
@@ -23,7 +28,6 @@ status.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -36,6 +40,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -119,13 +124,23 @@ def _unix_call(sock: socket.socket, method: str, path: str) -> None:
 
 
 class ZygoteServer:
-    """The fork server: ``preload`` modules, then serve ``spawn`` requests on ``path``."""
+    """The fork server: ``preload`` modules, then serve ``spawn`` requests on ``path``; with
+    ``idle_exit`` seconds (> 0), exit once that long has passed with no child running."""
 
-    def __init__(self, path: str, preload: tuple[str, ...], configs: tuple[str, ...] = (), warmup: str = "") -> None:
+    def __init__(
+        self,
+        path: str,
+        preload: tuple[str, ...],
+        configs: tuple[str, ...] = (),
+        warmup: str = "",
+        idle_exit: float = 0.0,
+    ) -> None:
         self.path = path
         self.preload = preload
         self.configs = configs
         self.warmup = warmup
+        self.idle_exit = idle_exit
+        self.last_active = time.monotonic()
         self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
         self.selector = selectors.DefaultSelector()
 
@@ -167,6 +182,7 @@ class ZygoteServer:
         self.selector.register(listener, selectors.EVENT_READ, "accept")
         self.selector.register(wake_r, selectors.EVENT_READ, "wake")
         print("ready", flush=True)  # the executor waits for this line
+        self.last_active = time.monotonic()  # idle from now, not from before the imports
         while True:
             for key, _ in self.selector.select(timeout=1.0):
                 if key.data == "accept":
@@ -177,6 +193,12 @@ class ZygoteServer:
                 else:  # a client connection: readable means it went away (clients send nothing more)
                     self._client_gone(key.data)
             self._reap()
+            if self.idle_exit and not self.children and time.monotonic() - self.last_active >= self.idle_exit:
+                # the socket goes first: a client from now on finds none and starts its program cold
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+                listener.close()
+                return
 
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
@@ -187,6 +209,7 @@ class ZygoteServer:
             log.warning("zygote: bad request: %s", exc)
             conn.close()
             return
+        self.last_active = time.monotonic()
         pid = os.fork()
         if pid == 0:
             self._child(conn, request, fds)  # never returns
@@ -253,6 +276,7 @@ class ZygoteServer:
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
+            self.last_active = time.monotonic()
             code = os.waitstatus_to_exitcode(status)
             with contextlib.suppress(OSError):
                 _send(conn, {"exit": code})
@@ -311,6 +335,9 @@ class Zygote:
         python: the interpreter it runs with (the hooks' ``sys.executable``, or another venv's).
         socket_path: where it listens.
         preload: modules to import once.
+        configs: plugins' ``config.json`` files whose config models it builds once.
+        warmup: code it runs once after the imports (on local input only).
+        idle_exit: seconds with no hook running after which it exits (0: never; ``start`` again).
     """
 
     def __init__(
@@ -320,16 +347,20 @@ class Zygote:
         preload: tuple[str, ...] = HOOK_PRELOAD,
         configs: tuple[str, ...] = (),
         warmup: str = "",
+        idle_exit: float = 0.0,
     ) -> None:
         self.python = python
         self.socket_path = socket_path
         self.preload = preload
         self.configs = configs
         self.warmup = warmup
+        self.idle_exit = idle_exit
         self.proc = None
 
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        """True while it serves: its process lives and its socket is there (an idle one removes
+        the socket before it exits)."""
+        return self.proc is not None and self.proc.poll() is None and self.socket_path.exists()
 
     def start(self, env: dict[str, str] | None = None) -> None:
         """Start it and wait until it has preloaded (raises RuntimeError if it does not come up)."""
@@ -337,6 +368,7 @@ class Zygote:
 
         from boxcar.shared.procutil import die_with_parent
 
+        self._reap_previous()
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         # this file by path: it needs nothing but the standard library, so any venv's Python runs it
         argv = [
@@ -348,6 +380,7 @@ class Zygote:
             ",".join(self.preload),
             os.pathsep.join(self.configs),
             self.warmup,
+            str(self.idle_exit),
         ]
         self.proc = subprocess.Popen(
             argv,
@@ -360,6 +393,21 @@ class Zygote:
         if line.strip() != b"ready":
             self.stop()
             raise RuntimeError(f"the warm interpreter {self.python} did not start")
+
+    def _reap_previous(self) -> None:
+        """Wait for the previous server, if any, to end: it removed its socket and is exiting idle."""
+        import subprocess
+
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.proc = None
 
     def ensure(self) -> None:
         if not self.running():
@@ -377,7 +425,8 @@ class Zygote:
         """A hook process forked by the zygote, its stdout/stderr readable like a subprocess'.
 
         Raises:
-            OSError: the zygote cannot be reached.
+            OSError: the zygote cannot be reached, or it closed the connection before the fork
+                (it was exiting idle): nothing was started, start the hook cold.
         """
         loop = asyncio.get_running_loop()
         out_r, out_w = os.pipe()
@@ -440,32 +489,44 @@ class WarmProcess:
 
 
 def client_main(argv: list[str] | None = None) -> int:
-    """``python -m boxcar.hook_executor.zygote --client SOCKET ARGS…``: run ARGS (``-c CODE …`` or
+    """``python zygote.py --client SOCKET [--cold PYTHON] ARGS…``: run ARGS (``-c CODE …`` or
     ``script …``) in the zygote at SOCKET with this process's streams, cwd and environment;
     returns the child's exit status. Killed, it takes the child with it (the zygote sees the
-    connection close)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--client", required=True)
-    known, rest = parser.parse_known_args(argv)
+    connection close). With no zygote there (it exited idle), ``exec`` PYTHON ARGS instead: the
+    same program, started cold."""
+    args = sys.argv[1:] if argv is None else argv
+    socket_path, rest = args[1], args[2:]  # ["--client", SOCKET, …]; ARGS are passed on untouched
+    cold = None
+    if rest[:1] == ["--cold"]:
+        cold, rest = rest[1], rest[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    _unix_call(conn, "connect", known.client)
     request = json.dumps({"argv": [sys.executable, *rest], "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
-    socket.send_fds(conn, [request], [0, 1, 2])
-    _recv(conn)  # the pid
+    try:
+        _unix_call(conn, "connect", socket_path)
+        socket.send_fds(conn, [request], [0, 1, 2])
+        _recv(conn)  # the pid: from here on the program runs in the zygote's fork
+    except OSError:
+        if cold is None:
+            raise
+        conn.close()
+        os.execv(cold, [cold, *rest])
     code = int(_recv(conn)["exit"])
     return code if code >= 0 else 128 - code
 
 
 def serve_main(argv: list[str]) -> None:
-    """``python zygote.py --serve SOCKET MODULE,MODULE… [CONFIGS] [WARMUP]``: run a fork server."""
+    """``python zygote.py --serve SOCKET MODULE,MODULE… [CONFIGS] [WARMUP] [IDLE_EXIT]``: run a
+    fork server."""
     socket_path, preload = argv[0], argv[1] if len(argv) > 1 else ""
     configs = argv[2] if len(argv) > 2 else ""
     warmup = argv[3] if len(argv) > 3 else ""
+    idle_exit = float(argv[4]) if len(argv) > 4 and argv[4] else 0.0
     ZygoteServer(
         socket_path,
         tuple(p for p in preload.split(",") if p),
         tuple(c for c in configs.split(os.pathsep) if c),
         warmup,
+        idle_exit,
     ).serve()
 
 

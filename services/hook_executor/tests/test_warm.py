@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from boxcar.hook_executor import warm
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
+from boxcar.hook_executor.zygote import Zygote
 from boxcar.shared.plugins import get_catalog, parse_hook
 
 WORKER = "import sys, json; print(json.dumps([sys.argv[1:], 'decimal' in sys.modules])); sys.exit(3)"
@@ -108,3 +110,95 @@ def test_a_console_tool_runs_in_a_warmed_fork_with_its_arguments_and_exit_code(t
     assert (real.stdout.strip(), real.returncode) == ("['--flag', 'a b'] False", 4)
     assert asyncio.run(run()) == [("['--flag', 'a b'] True", 4)] * 2
     assert marker.read_text() == "x"  # warmed once, forked twice
+
+
+def probe_hook(tmp_path: Path, body: str):
+    path = tmp_path / "plugins" / "probe" / "on_Snapshot__10_probe.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(body))
+    return parse_hook("probe", path)
+
+
+#: Prints whether the hook's interpreter had pydantic imported before the hook ran (warm) or not.
+WARM_PROBE = "import sys\nprint('warm' if 'pydantic' in sys.modules else 'cold')\nsys.exit(2)\n"
+
+
+async def run_hook(hook, tmp_path: Path, spawner) -> tuple[str, int]:
+    proc = HookProcess(
+        hook, [sys.executable, hook.path], tmp_path / "snap" / "probe", dict(os.environ), 30, margin=0, spawner=spawner
+    )
+    await proc.start()
+    await proc.wait()
+    return "\n".join(proc._stdout_tail), proc.proc.returncode
+
+
+async def eventually(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def test_an_idle_zygote_exits_and_the_next_hook_starts_a_new_one(tmp_path):
+    """``WARM_IDLE_TIMEOUT``: with no hook for that long the zygote removes its socket and exits
+    (its memory goes back); the next hook starts a new one and still runs warm. (One event loop
+    throughout: a zygote dies with the thread that started it, as hooks die with their executor.)"""
+    hook = probe_hook(tmp_path, WARM_PROBE)
+
+    async def go() -> None:
+        interpreters = WarmInterpreters(tmp_path / "warm", get_catalog(), [], idle_exit=0.5)
+        try:
+            first = await interpreters.for_hook(hook)
+            old_pid = first.proc.pid
+            assert await run_hook(hook, tmp_path, first) == ("warm", 2)
+            await eventually(lambda: first.proc.poll() is not None, 30, "the idle zygote to exit")
+            assert not first.socket_path.exists() and not first.running()
+            again = await interpreters.for_hook(hook)
+            assert again.running() and again.proc.pid != old_pid
+            assert await run_hook(hook, tmp_path, again) == ("warm", 2)
+        finally:
+            interpreters.stop()
+
+    asyncio.run(go())
+
+
+def test_a_zygote_does_not_exit_while_a_hook_it_forked_runs(tmp_path):
+    hook = probe_hook(tmp_path, "import time, sys\ntime.sleep(2.5)\nprint('done')\n")
+    zygote = Zygote(sys.executable, tmp_path / "z.sock", idle_exit=0.5)
+
+    async def go() -> None:
+        await asyncio.to_thread(zygote.start)
+        assert await run_hook(hook, tmp_path, zygote) == ("done", 0)  # 2.5 s: five idle timeouts
+        assert zygote.running()  # idle is counted from the hook's end, not its start
+        await eventually(lambda: not zygote.running(), 30, "the zygote to exit once idle")
+
+    try:
+        asyncio.run(go())
+    finally:
+        zygote.stop()
+
+
+def test_with_no_zygote_at_its_socket_hooks_and_stand_ins_start_cold(tmp_path, second_python):
+    """A zygote that exited between being handed out and being used: nothing fails, the program
+    starts cold with the same output and exit code."""
+    hook = probe_hook(tmp_path, WARM_PROBE)
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    zygote.start()
+    zygote.stop()
+    assert asyncio.run(run_hook(hook, tmp_path, zygote)) == ("cold", 2)
+
+    interpreters = WarmInterpreters(tmp_path / "warm", get_catalog(), [])
+    try:
+        stand_ins = asyncio.run(interpreters.binary_overrides({"TOOL_BINARY": str(second_python)}))
+    finally:
+        interpreters.stop()  # the stand-in now finds no zygote
+    second = hook_starting_a_second_python(tmp_path / "second")
+    env = {**os.environ, **stand_ins}
+
+    async def go() -> str:
+        proc = HookProcess(second, [sys.executable, second.path], tmp_path / "snap2" / "probe", env, 30, margin=0)
+        await proc.start()
+        await proc.wait()
+        return "\n".join(proc._stdout_tail)
+
+    assert asyncio.run(go()) == '[["a", "b c"], false] 3'
