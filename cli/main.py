@@ -16,17 +16,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from boxcar.cli.client import ApiError, BoxcarClient
+from boxcar.cli.client import ApiError, BoxcarClient, local_token, running_stack
 from boxcar.cli.inputs import InputFileError, entry_json, parse_file, read_file, rejected_json, split_args
-from boxcar.cli.stack import EmbeddedStack, StackError, local_token, running_stack
 from boxcar.shared.messages import Seed
 from boxcar.shared.settings import Settings
 from boxcar.shared.urls import InvalidURL
+
+if TYPE_CHECKING:  # the embedded stack imports every service: only commands that start one load it
+    from boxcar.cli.stack import EmbeddedStack
 
 err = Console(stderr=True)
 
@@ -66,6 +69,8 @@ def api_for(
     if url:
         yield BoxcarClient(url, token or local_token(settings.data_dir)), None
         return
+    from boxcar.cli.stack import EmbeddedStack, StackError
+
     stack = EmbeddedStack(settings, use_external_nats=bool(os.environ.get("NATS_URL")))
     err.print(f"[dim]no running Boxcar for {settings.data_dir}: starting an embedded one …[/]")
     stop_on_signals()
@@ -133,6 +138,8 @@ def up(data_dir: str | None, port: int | None) -> None:
     settings = _settings(data_dir)
     if running_stack(settings.data_dir):
         fail(f"a Boxcar stack is already running on {settings.data_dir}")
+    from boxcar.cli.stack import EmbeddedStack, StackError
+
     stack = EmbeddedStack(
         settings,
         api_port=settings.api_port if port is None else port,

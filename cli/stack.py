@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from boxcar.cli.client import STACK_FILE, TOKEN_FILE
 from boxcar.ingest.auth import ensure_local_token
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -35,9 +36,7 @@ from boxcar.shared.settings import Settings
 
 log = logging.getLogger("boxcar.stack")
 
-STACK_FILE = ".boxcar/stack.json"
 LOCK_FILE = ".boxcar/stack.lock"  # held (flock) by the process that owns a stack on this data dir
-TOKEN_FILE = ".boxcar/api_token"  # the CLI's own API token for stacks on this data dir (mode 0600)
 
 
 class StackError(RuntimeError):
@@ -346,24 +345,3 @@ class EmbeddedStack:
         if getattr(self, "_lock_file", None) is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
-
-
-def local_token(data_dir: Path) -> str:
-    """The CLI's token for a stack on ``data_dir`` (empty when none was made yet)."""
-    try:
-        return (data_dir / TOKEN_FILE).read_text().strip()
-    except OSError:
-        return ""
-
-
-def running_stack(data_dir: Path) -> dict | None:
-    """The stack.json of a live stack on this data dir, or None (stale files are ignored)."""
-    path = data_dir / STACK_FILE
-    try:
-        info = json.loads(path.read_text())
-        os.kill(int(info["pid"]), 0)
-        if httpx.get(f"{info['api_url']}/healthz", timeout=2).status_code == 200:
-            return info
-    except (OSError, ValueError, KeyError, httpx.HTTPError):
-        return None
-    return None
