@@ -5,10 +5,13 @@ nothing asserted (compare within one run; these machines are shared).
 - latency: ``POST /api/v1/crawls`` of one local page → sealed with every result indexed, polled
   every 20 ms (the API's view), median of ``--repeat``; and ``boxcar add --wait URL`` as a user
   types it (CLI start-up included);
-- idle: after the work, the stack's processes (services, NATS, zygote, egress proxy) measured over
-  ``--idle`` seconds: CPU seconds per second, and RSS / PSS summed.
+- idle: after the work, the stack's processes (services, NATS, zygotes, egress proxy) measured over
+  ``--idle`` seconds: CPU seconds per second, and RSS / PSS summed, per process and in all — twice:
+  right after the work (warm interpreters still up) and once they have exited idle
+  (``WARM_IDLE_TIMEOUT``: ``--warm-idle-timeout``, by default just longer than the first window).
 
-Usage: ``python bench/bench_stack.py [--shape one|processes] [--plugins wget,favicon,…] [--idle 60]``.
+Usage: ``python bench/bench_stack.py [--shape one|processes] [--plugins wget,favicon,…] [--idle 60]
+[--warm-idle-timeout S]``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,33 @@ def _label(proc: psutil.Process) -> str:
     return " ".join(words)[:40]
 
 
+def idle_window(roots: list[int], seconds: float, title: str) -> None:
+    """Print the CPU share and memory of the stack's processes over ``seconds`` of nothing to do."""
+    procs = tree(roots)
+    before = {p.pid: sum(p.cpu_times()[:2]) for p in procs if p.is_running()}
+    time.sleep(seconds)
+    cpu = 0.0
+    rss = pss = 0
+    per_process = []
+    for p in procs:
+        try:
+            used = sum(p.cpu_times()[:2]) - before.get(p.pid, 0.0)
+            mem = p.memory_full_info()
+        except psutil.Error:
+            continue
+        per_process.append((used, mem.rss, mem.pss, _label(p)))
+        cpu += used
+        rss += mem.rss
+        pss += mem.pss
+    print(
+        f"{title}, over {seconds:.0f} s: {100 * cpu / seconds:.2f}% of a core, "
+        f"RSS {rss / 2**20:.0f} MiB, PSS {pss / 2**20:.0f} MiB, {len(per_process)} processes"
+    )
+    for used, p_rss, p_pss, label in sorted(per_process, reverse=True):
+        share = 100 * used / seconds
+        print(f"  {label:<40} {share:5.2f}% CPU  RSS {p_rss / 2**20:4.0f} MiB  PSS {p_pss / 2**20:4.0f} MiB")
+
+
 def one_url(client: BoxcarClient, url: str, plugins: list[str]) -> float:
     started = time.perf_counter()
     crawl_id = client.create_crawl({"urls": [url], "plugins": plugins, "only_new": False})["id"]
@@ -73,9 +103,12 @@ def main() -> None:
     parser.add_argument("--plugins", default=NOCHROME)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--idle", type=float, default=60.0)
+    parser.add_argument("--warm-idle-timeout", type=float, help="default: --idle + 15 s")
     args = parser.parse_args()
+    if args.warm_idle_timeout is None:  # the warm interpreters outlive the first window
+        args.warm_idle_timeout = args.idle + 15
     plugins = [p for p in args.plugins.split(",") if p]
-    os.environ.update(PLUGINS=args.plugins, URL_ALLOW_PRIVATE="true")
+    os.environ.update(PLUGINS=args.plugins, URL_ALLOW_PRIVATE="true", WARM_IDLE_TIMEOUT=str(args.warm_idle_timeout))
     with tempfile.TemporaryDirectory() as tmp, serve_demo_site() as site:
         stack = EmbeddedStack(Settings(data_dir=Path(tmp) / "data"), shape=args.shape)
         stack.start()
@@ -107,31 +140,13 @@ def main() -> None:
                 f"(min {api[0]:.2f}); `boxcar add --wait` {statistics.median(cli):.2f} s median"
             )
             roots = [c.proc.pid for c in stack.children if c.proc] + ([stack.nats_proc.pid] if stack.nats_proc else [])
-            time.sleep(10)  # let the last work settle before the idle window
-            procs = tree(roots)
-            before = {p.pid: sum(p.cpu_times()[:2]) for p in procs if p.is_running()}
-            time.sleep(args.idle)
-            cpu = 0.0
-            rss = pss = 0
-            per_process = []
-            for p in procs:
-                try:
-                    used = sum(p.cpu_times()[:2]) - before.get(p.pid, 0.0)
-                    mem = p.memory_full_info()
-                    per_process.append((used, mem.rss, mem.pss, _label(p)))
-                    cpu += used
-                    rss += mem.rss
-                    pss += mem.pss
-                except psutil.Error:
-                    continue
-            for used, p_rss, p_pss, label in sorted(per_process, reverse=True):
-                print(
-                    f"  {label:<40} {100 * used / args.idle:5.2f}% CPU  "
-                    f"RSS {p_rss / 2**20:4.0f} MiB  PSS {p_pss / 2**20:4.0f} MiB"
-                )
-            print(
-                f"[{args.shape}] idle over {args.idle:.0f} s: {100 * cpu / args.idle:.2f}% of a core, "
-                f"RSS {rss / 2**20:.0f} MiB, PSS {pss / 2**20:.0f} MiB, {len(procs)} processes"
+            time.sleep(5)  # let the last work settle before the idle window
+            idle_window(roots, args.idle, f"[{args.shape}] idle right after the work")
+            deadline = time.monotonic() + args.warm_idle_timeout + 30
+            while any("zygote" in _label(p) for p in tree(roots)) and time.monotonic() < deadline:
+                time.sleep(1)
+            idle_window(
+                roots, args.idle, f"[{args.shape}] idle once the warm interpreters exited (WARM_IDLE_TIMEOUT reached)"
             )
         finally:
             stack.stop()
