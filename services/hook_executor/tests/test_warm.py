@@ -202,3 +202,19 @@ def test_with_no_zygote_at_its_socket_hooks_and_stand_ins_start_cold(tmp_path, s
         return "\n".join(proc._stdout_tail)
 
     assert asyncio.run(go()) == '[["a", "b c"], false] 3'
+
+
+def test_a_forked_hook_starts_with_the_preloaded_objects_frozen(tmp_path):
+    """The zygote freezes what it imported (``gc.freeze``) before it forks: a hook's collections
+    leave those pages shared instead of copying them into every hook."""
+    hook = probe_hook(tmp_path, "import gc\nprint('frozen' if gc.get_freeze_count() > 10000 else 'not frozen')\n")
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+
+    async def go() -> tuple[str, int]:
+        await asyncio.to_thread(zygote.start)
+        return await run_hook(hook, tmp_path, zygote)
+
+    try:
+        assert asyncio.run(go()) == ("frozen", 0)
+    finally:
+        zygote.stop()
