@@ -26,9 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from boxcar.cli.client import STACK_FILE, TOKEN_FILE
-from boxcar.ingest.auth import ensure_local_token
-from boxcar.shared.db import Database
+from boxcar.cli.client import STACK_FILE, TOKEN_FILE, local_token
 from boxcar.shared.families import load_families
 from boxcar.shared.plugins import get_catalog
 from boxcar.shared.procutil import die_with_parent
@@ -167,10 +165,8 @@ class EmbeddedStack:
                 )
             if not self.use_external_nats:
                 self._start_nats()
-            db = Database(self.settings.sqlalchemy_url)
-            db.upgrade()
-            self.token = ensure_local_token(db, self.data_dir / TOKEN_FILE)
-            db.dispose()
+            # the services migrate the database themselves (once, under a lock) and the ingest
+            # writes the CLI's token before it serves: this process stays a light supervisor
             env = self._child_env()
             py = sys.executable
             if self.shape == "one":
@@ -190,6 +186,7 @@ class EmbeddedStack:
                 self._spawn(child, env)
                 self.children.append(child)
             self._wait_api(timeout)
+            self.token = local_token(self.data_dir)
             self._write_stack_file()
         except BaseException:
             self.stop()
@@ -238,6 +235,7 @@ class EmbeddedStack:
                 "API_PORT": str(self.api_port),
                 "ARCHIVE_PORT": str(self.archive_port),
                 "DATABASE_URL": self.settings.database_url,
+                "LOCAL_TOKEN_FILE": str(self.data_dir / TOKEN_FILE),
                 "PYTHONUNBUFFERED": "1",
             }
         )

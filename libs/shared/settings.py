@@ -228,6 +228,11 @@ class Settings(BaseSettings):
         "sandbox, scripts never run), sandboxed-scripts (scripts run in a sandbox with an opaque origin, no "
         "cookies or storage), separate-origin (only at ARCHIVE_ORIGIN, scripts allowed there)",
     )
+    local_token_file: Path | None = Field(
+        default=None,
+        description="Where the ingest keeps the CLI's own API token, created if missing (the embedded stack sets "
+        "this to DATA_DIR/.boxcar/api_token; unset: none)",
+    )
     archive_port: int = Field(
         default=0,
         ge=0,

@@ -27,7 +27,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from boxcar.ingest.accounts import LoginRequired
 from boxcar.ingest.archive import ArchiveFiles
 from boxcar.ingest.archive_pages import ArchiveFilesController, ReplayController
-from boxcar.ingest.auth import require_read_access
+from boxcar.ingest.auth import ensure_local_token, require_read_access
 from boxcar.ingest.controllers import (
     SECURITY,
     CrawlControlController,
@@ -128,6 +128,8 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     async def lifespan(app: Litestar):
         if own_db:
             await anyio.to_thread.run_sync(db.upgrade)
+        if settings.local_token_file:  # the embedded stack's CLI finds it once the API answers
+            await anyio.to_thread.run_sync(ensure_local_token, db, settings.local_token_file)
         app.state.nats = None
         connecting = asyncio.create_task(connect_nats(app))
         try:
