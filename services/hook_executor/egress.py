@@ -4,8 +4,9 @@ Archived pages are hostile, and so are the URLs people send: ``http://2130706433
 127.0.0.1, a page may redirect to the cloud's metadata service, and the stack's own NATS
 monitoring page is one URL away. So every request a hook makes goes through this executor's
 forward proxy (proxy.py, a child process: ``HTTP(S)_PROXY`` for wget and Python hooks,
-``--proxy-server`` for Chromium), whose plugin resolves the host once, checks each address, and
-connects to exactly the address it checked (no DNS rebinding between check and connect):
+``--proxy-server`` for Chromium), whose plugin (``egress_plugin``, imported only there)
+resolves the host once, checks each address, and connects to exactly the address it checked
+(no DNS rebinding between check and connect):
 
 - cloud metadata addresses (``169.254.169.254`` and kin) are refused;
 - the stack's own services (NATS, Postgres, the API: ``EGRESS_SERVICES``) are refused — their
@@ -23,7 +24,6 @@ with the reason instead of letting each fail.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import signal
 import socket
@@ -203,7 +203,7 @@ class EgressProxy:
                     "--port-file",
                     str(port_file),
                     "--plugins",
-                    f"{__name__}.EgressPolicyPlugin",
+                    "boxcar.hook_executor.egress_plugin.EgressPolicyPlugin",
                     "--num-acceptors",
                     "1",
                     # a thread per connection: the default "threadless" loop polls every 25 ms
@@ -256,46 +256,3 @@ def proxy_env(url: str) -> dict[str, str]:
 def chrome_proxy_args(url: str) -> list[str]:
     """Chromium's flags for the same (``<-loopback>``: loopback is proxied too, not bypassed)."""
     return [f"--proxy-server={url}", "--proxy-bypass-list=<-loopback>"]
-
-
-# ----------------------------------------------------------------------------- the proxy's plugin
-
-try:  # only the proxy process (and the tests) import proxy.py
-    from proxy.http.exception import HttpRequestRejected
-    from proxy.http.proxy import HttpProxyBasePlugin
-except ImportError:  # pragma: no cover
-    HttpProxyBasePlugin = object  # type: ignore[misc,assignment]
-
-
-class EgressPolicyPlugin(HttpProxyBasePlugin):  # type: ignore[misc,valid-type]
-    """proxy.py plugin: check each upstream (CONNECT or plain HTTP) against ``EgressPolicy``, then
-    connect to the very address that was checked."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.policy = EgressPolicy.from_env()
-        self.checked: dict[tuple[str, int], str] = {}
-
-    def before_upstream_connection(self, request):
-        host = (request.host or b"").decode("idna") if isinstance(request.host, bytes) else str(request.host or "")
-        port = int(request.port or 80)
-        try:
-            self.checked[(host, port)] = self.policy.check(host, port)
-        except Refused as exc:
-            body = json.dumps({"error": "refused by Boxcar's egress policy", "reason": str(exc)}).encode()
-            raise HttpRequestRejected(
-                status_code=403, reason=b"Forbidden", headers={b"Content-Type": b"application/json"}, body=body
-            ) from None
-        return request
-
-    def resolve_dns(self, host: str, port: int):
-        return self.checked.get((host, port)), None
-
-    def handle_client_request(self, request):
-        return request
-
-    def handle_upstream_chunk(self, chunk):
-        return chunk
-
-    def on_upstream_connection_close(self) -> None:
-        pass

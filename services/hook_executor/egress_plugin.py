@@ -1,0 +1,48 @@
+"""The egress proxy's proxy.py plugin: ``EgressPolicy`` applied to every upstream connection.
+
+Only the proxy process imports this module (and with it proxy.py, ~20 MiB of modules an
+executor has no use for); ``egress.EgressProxy`` names it on the proxy's command line.
+"""
+
+from __future__ import annotations
+
+import json
+
+from proxy.http.exception import HttpRequestRejected
+from proxy.http.proxy import HttpProxyBasePlugin
+
+from boxcar.hook_executor.egress import EgressPolicy, Refused
+
+
+class EgressPolicyPlugin(HttpProxyBasePlugin):  # type: ignore[misc,valid-type]
+    """proxy.py plugin: check each upstream (CONNECT or plain HTTP) against ``EgressPolicy``, then
+    connect to the very address that was checked."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.policy = EgressPolicy.from_env()
+        self.checked: dict[tuple[str, int], str] = {}
+
+    def before_upstream_connection(self, request):
+        host = (request.host or b"").decode("idna") if isinstance(request.host, bytes) else str(request.host or "")
+        port = int(request.port or 80)
+        try:
+            self.checked[(host, port)] = self.policy.check(host, port)
+        except Refused as exc:
+            body = json.dumps({"error": "refused by Boxcar's egress policy", "reason": str(exc)}).encode()
+            raise HttpRequestRejected(
+                status_code=403, reason=b"Forbidden", headers={b"Content-Type": b"application/json"}, body=body
+            ) from None
+        return request
+
+    def resolve_dns(self, host: str, port: int):
+        return self.checked.get((host, port)), None
+
+    def handle_client_request(self, request):
+        return request
+
+    def handle_upstream_chunk(self, chunk):
+        return chunk
+
+    def on_upstream_connection_close(self) -> None:
+        pass
