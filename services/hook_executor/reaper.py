@@ -44,10 +44,11 @@ class Registration:
         registry.mkdir(parents=True, exist_ok=True)
         self.path = registry / f"{worker_id}.json"
         self.held: set[str] = set()
+        self.started = _start_time(os.getpid())  # written with every change: read once
         self._write()
 
     def _write(self) -> None:
-        data = {"pid": os.getpid(), "started": _start_time(os.getpid()), "held": sorted(self.held)}
+        data = {"pid": os.getpid(), "started": self.started, "held": sorted(self.held)}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.path)

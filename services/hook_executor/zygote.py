@@ -47,7 +47,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-#: What every Python hook imports: loaded once by the zygote.
+#: What every Python hook imports: loaded once by the zygote. (Measured by recording, in each
+#: fork, the modules the hook imported itself: the CLI hooks rich_click and difflib, favicon
+#: urllib.request — 7 and 14 ms of CPU per hook, for 4 MiB shared once.)
 HOOK_PRELOAD = (
     "argparse",
     "json",
@@ -57,6 +59,10 @@ HOOK_PRELOAD = (
     "pydantic.main",
     "abx_plugins.plugins.base.utils",
     "click",
+    "rich_click",
+    "difflib",
+    "pkgutil",
+    "urllib.request",
 )
 
 
