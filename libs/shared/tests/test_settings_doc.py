@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from boxcar.shared.settings import Settings, settings_table
@@ -24,7 +25,9 @@ def test_the_readme_shows_the_rendered_table():
 
 def test_heavy_families_run_fewer_tasks_at_once_unless_told():
     default = Settings()
-    assert [default.family_concurrency(f) for f in ("fetch", "extract", "browser", "media")] == [4, 4, 2, 2]
+    cpus = len(os.sched_getaffinity(0))
+    assert [default.family_concurrency(f) for f in ("fetch", "extract", "browser", "media")] == [4, min(4, cpus), 2, 2]
+    assert Settings(extract_concurrency=3).family_concurrency("extract") == 3
     one = Settings(executor_concurrency=1)
     assert {one.family_concurrency(f) for f in ("fetch", "browser", "media")} == {1}
     own = Settings(browser_concurrency=3, media_concurrency=1)
