@@ -13,7 +13,8 @@ Routes:
 - ``/items/<name>``: small pages;
 - ``/links/<n>``: a page with ``n`` links to ``/items/link-<i>.html``;
 - ``/big/<mb>``: an HTML page of ``mb`` megabytes; ``/binary``: 2 MB of random bytes;
-- ``/drip``: a byte every 20 s, forever; ``/drop``: the connection closed with no answer;
+- ``/drip``: a byte every 5 s, forever (well inside any read timeout: only a limit on the total time
+  ends it — at 20 s it raced httpx's 20 s read timeout); ``/drop``: the connection closed with no answer;
 - ``/redirect-loop/<n>``: an endless chain of 302s;
 - ``/feeds/items/<n>.xml``: an RSS feed of ``n`` items; ``/feeds/drip.xml``: a feed that drips.
 
@@ -89,7 +90,7 @@ class FaultSite:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/rss+xml")
                     self.end_headers()
-                    while not site.stopping.wait(20):
+                    while not site.stopping.wait(5):
                         self.wfile.write(b" ")
                         self.wfile.flush()
                     return
