@@ -187,6 +187,10 @@ class EmbeddedStack:
                 self.children.append(child)
             self._wait_api(timeout)
             self.token = local_token(self.data_dir)
+            if not self.token:
+                raise StackError(
+                    f"the API answers but wrote no token to {self.data_dir / TOKEN_FILE}: see {self.log_dir}"
+                )
             self._write_stack_file()
         except BaseException:
             self.stop()

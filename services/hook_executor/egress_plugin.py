@@ -14,7 +14,7 @@ from proxy.http.proxy import HttpProxyBasePlugin
 from boxcar.hook_executor.egress import EgressPolicy, Refused
 
 
-class EgressPolicyPlugin(HttpProxyBasePlugin):  # type: ignore[misc,valid-type]
+class EgressPolicyPlugin(HttpProxyBasePlugin):
     """proxy.py plugin: check each upstream (CONNECT or plain HTTP) against ``EgressPolicy``, then
     connect to the very address that was checked."""
 
