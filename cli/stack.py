@@ -15,6 +15,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,7 +43,22 @@ class StackError(RuntimeError):
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
+    """A TCP port free on 127.0.0.1 right now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` is one it may hand out again, to the next
+    ``bind(0)`` or outgoing connection of any process, before ours binds it: an egress proxy
+    started meanwhile took a stack's API port that way (a test failed with "address already in
+    use"). Below ``ip_local_port_range`` the kernel never picks on its own.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default range starts here
+    if low > 10_000:
+        for _ in range(200):
+            port = random.randint(10_000, low - 1)
+            if port_is_free(port):
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
