@@ -5,7 +5,7 @@ trafilatura venv's ``python -c``); Node hooks get a compile cache (``NODE_COMPIL
 A second interpreter is reached through a stand-in: the hook finds its ``python`` beside the
 binary it was given (``Path(TRAFILATURA_BINARY).resolve().with_name("python")``), so the executor
 gives it ``<warm dir>/trafilatura/trafilatura`` and puts there a ``python`` that forwards to the
-warm trafilatura interpreter (``zygote.client_main``), which has trafilatura imported already.
+warm trafilatura interpreter (``zygote_wire.client_main``), which has trafilatura imported already.
 
 Downloaders the hooks start as a console script (yt-dlp, gallery-dl: ``WARM_TOOLS``) get a
 stand-in *binary* that runs the tool's ``main`` in a fork of its own venv's interpreter, which has
@@ -27,15 +27,19 @@ import stat
 import sys
 from pathlib import Path
 
-from boxcar.hook_executor import zygote
+from boxcar.hook_executor import zygote_wire
 from boxcar.hook_executor.zygote import HOOK_PRELOAD, Zygote
 from boxcar.shared.plugins import Hook, PluginCatalog
 
 log = logging.getLogger(__name__)
 
-#: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself, and what that Python imports.
-SECOND_INTERPRETERS: dict[str, tuple[str, ...]] = {
-    "TRAFILATURA_BINARY": ("json", "copy", "lxml.html", "trafilatura.core", "trafilatura.settings"),
+#: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself: (what that Python imports,
+#: warm-up code it runs once, on local input only).
+SECOND_INTERPRETERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "TRAFILATURA_BINARY": (
+        ("json", "copy", "lxml.html", "trafilatura.core", "trafilatura.settings"),
+        "",
+    ),
 }
 
 _YTDLP_WARMUP = """
@@ -109,7 +113,7 @@ class WarmInterpreters:
         """For each ``SECOND_INTERPRETERS`` binary among ``values`` (``{"TRAFILATURA_BINARY": path}``),
         a stand-in path whose sibling ``python`` is the warm interpreter of that binary's venv."""
         out = {}
-        for key, preload in SECOND_INTERPRETERS.items():
+        for key, (preload, warmup) in SECOND_INTERPRETERS.items():
             binary = values.get(key)
             if not binary:
                 continue
@@ -120,7 +124,7 @@ class WarmInterpreters:
             server = self.second.get(name)
             if server is None:
                 server = self.second[name] = Zygote(
-                    str(python), self.root / f"{name}.sock", preload, idle_exit=self.idle_exit
+                    str(python), self.root / f"{name}.sock", preload, warmup=warmup, idle_exit=self.idle_exit
                 )
             if await self._ready(name, server) is None:
                 continue
@@ -148,7 +152,7 @@ class WarmInterpreters:
         directory.mkdir(parents=True, exist_ok=True)
         binary = directory / binary_name
         script = (
-            f'#!/bin/sh\nexec "{sys.executable}" -I "{zygote.__file__}" --client "{server.socket_path}" '
+            f'#!/bin/sh\nexec "{sys.executable}" -I -S "{zygote_wire.__file__}" --client "{server.socket_path}" '
             f'--cold "{server.python}" -c {shlex.quote(main)} "$@"\n'
         )
         if not binary.exists() or binary.read_text() != script:
@@ -165,7 +169,7 @@ class WarmInterpreters:
             binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
         python = directory / "python"
         script = (
-            f'#!/bin/sh\nexec "{sys.executable}" -I "{zygote.__file__}" --client "{server.socket_path}" '
+            f'#!/bin/sh\nexec "{sys.executable}" -I -S "{zygote_wire.__file__}" --client "{server.socket_path}" '
             f'--cold "{server.python}" "$@"\n'
         )
         if not python.exists() or python.read_text() != script:

@@ -20,10 +20,10 @@ starts the program cold instead, so a hook never fails for want of a warm interp
 
 ``WarmProcess`` is the client side, shaped like ``asyncio.subprocess.Process`` (``pid``,
 ``returncode``, ``stdout``/``stderr`` readers, ``wait()``), so ``HookProcess`` runs a hook the same
-way warm or cold, and kills it the same way (``killpg``). ``python -m boxcar.hook_executor.zygote
---client SOCKET -c CODE …`` is a stand-in interpreter for hooks that start a second Python
-(trafilatura's worker): it forwards its own streams and arguments and exits with the child's
-status.
+way warm or cold, and kills it the same way (``killpg``). ``python -I -S zygote_wire.py --client
+SOCKET -c CODE …`` (the wire format's own module, standard library only, so it starts fast) is a
+stand-in interpreter for hooks that start a second Python (trafilatura's worker): it forwards its
+own streams and arguments and exits with the child's status.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import sys
 import time
 from pathlib import Path
@@ -68,28 +67,14 @@ HOOK_PRELOAD = (
 
 # ----------------------------------------------------------------------------- wire format
 
-#: Each message is a JSON object after its length (4 bytes, network order).
-FRAME = struct.Struct("!I")
-
-
-def _send(sock: socket.socket, obj: dict) -> None:
-    data = json.dumps(obj).encode()
-    sock.sendall(FRAME.pack(len(data)) + data)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("zygote connection closed")
-        buf += chunk
-    return buf
-
-
-def _recv(sock: socket.socket) -> dict:
-    (size,) = FRAME.unpack(_recv_exact(sock, FRAME.size))
-    return json.loads(_recv_exact(sock, size))
+if __package__:  # imported as boxcar.hook_executor.zygote
+    from boxcar.hook_executor import zygote_wire as wire
+else:  # run by path (``python -I zygote.py --serve``), maybe by a hook venv's Python, which has no boxcar
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import zygote_wire as wire
+    finally:
+        del sys.path[0]  # this directory's modules (task, media, …) must not shadow what hooks import
 
 
 async def _recv_async(sock: socket.socket) -> dict:
@@ -109,22 +94,8 @@ async def _recv_async(sock: socket.socket) -> dict:
             buf += chunk
         return buf
 
-    (size,) = FRAME.unpack(await exactly(FRAME.size))
+    (size,) = wire.FRAME.unpack(await exactly(wire.FRAME.size))
     return json.loads(await exactly(size))
-
-
-def _unix_call(sock: socket.socket, method: str, path: str) -> None:
-    """``sock.bind(path)`` / ``sock.connect(path)`` also for a path longer than a Unix socket
-    address may be (107 bytes; a deep ``DATA_DIR`` reaches that): through ``/proc/self/fd`` of its
-    directory, which names the same file in a few bytes."""
-    if len(os.fsencode(path)) < 100:
-        getattr(sock, method)(path)
-        return
-    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        getattr(sock, method)(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
-    finally:
-        os.close(folder)
 
 
 # ----------------------------------------------------------------------------- the server
@@ -181,7 +152,7 @@ class ZygoteServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        _unix_call(listener, "bind", self.path)
+        wire.unix_call(listener, "bind", self.path)
         os.chmod(self.path, 0o600)
         listener.listen(64)
         self.listener = listener
@@ -229,7 +200,7 @@ class ZygoteServer:
         self.children[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ, pid)
         with contextlib.suppress(OSError):
-            _send(conn, {"pid": pid})
+            wire.send(conn, {"pid": pid})
 
     def _child(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
         code = 1
@@ -290,7 +261,7 @@ class ZygoteServer:
             self.last_active = time.monotonic()
             code = os.waitstatus_to_exitcode(status)
             with contextlib.suppress(OSError):
-                _send(conn, {"exit": code})
+                wire.send(conn, {"exit": code})
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(conn)
             conn.close()
@@ -381,7 +352,8 @@ class Zygote:
 
         self._reap_previous()
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        # this file by path: it needs nothing but the standard library, so any venv's Python runs it
+        # this file by path: it (and zygote_wire.py beside it) needs only the standard library, so any
+        # venv's Python runs it
         argv = [
             self.python,
             "-I",
@@ -457,9 +429,9 @@ class Zygote:
 
     def _request(self, request: bytes, fds: list[int]) -> tuple[socket.socket, int]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        _unix_call(conn, "connect", str(self.socket_path))
+        wire.unix_call(conn, "connect", str(self.socket_path))
         socket.send_fds(conn, [request], fds)
-        return conn, int(_recv(conn)["pid"])
+        return conn, int(wire.recv(conn)["pid"])
 
 
 async def _reader(loop, fd: int, limit: int = 16 * 1024 * 1024) -> asyncio.StreamReader:
@@ -496,35 +468,6 @@ class WarmProcess:
         return self.returncode
 
 
-# ----------------------------------------------------------------------------- a stand-in python
-
-
-def client_main(argv: list[str] | None = None) -> int:
-    """``python zygote.py --client SOCKET [--cold PYTHON] ARGS…``: run ARGS (``-c CODE …`` or
-    ``script …``) in the zygote at SOCKET with this process's streams, cwd and environment;
-    returns the child's exit status. Killed, it takes the child with it (the zygote sees the
-    connection close). With no zygote there (it exited idle), ``exec`` PYTHON ARGS instead: the
-    same program, started cold."""
-    args = sys.argv[1:] if argv is None else argv
-    socket_path, rest = args[1], args[2:]  # ["--client", SOCKET, …]; ARGS are passed on untouched
-    cold = None
-    if rest[:1] == ["--cold"]:
-        cold, rest = rest[1], rest[2:]
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    request = json.dumps({"argv": [sys.executable, *rest], "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
-    try:
-        _unix_call(conn, "connect", socket_path)
-        socket.send_fds(conn, [request], [0, 1, 2])
-        _recv(conn)  # the pid: from here on the program runs in the zygote's fork
-    except OSError:
-        if cold is None:
-            raise
-        conn.close()
-        os.execv(cold, [cold, *rest])
-    code = int(_recv(conn)["exit"])
-    return code if code >= 0 else 128 - code
-
-
 def serve_main(argv: list[str]) -> None:
     """``python zygote.py --serve SOCKET MODULE,MODULE… [CONFIGS] [WARMUP] [IDLE_EXIT]``: run a
     fork server."""
@@ -542,7 +485,4 @@ def serve_main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--serve"]:
-        serve_main(sys.argv[2:])
-    else:
-        sys.exit(client_main())
+    serve_main(sys.argv[2:])  # ["--serve", SOCKET, …]
