@@ -28,15 +28,15 @@ def test_heavy_families_run_fewer_tasks_at_once_unless_told():
     held = os.sched_getaffinity(0)
     os.sched_setaffinity(0, sorted(held)[:1])  # a one-CPU process: the extract cap shows on any machine
     try:
-        assert [default.family_concurrency(f) for f in ("fetch", "extract", "browser", "media")] == [4, 1, 2, 2]
+        assert [default.family_concurrency(f) for f in ("fetch", "extract", "browser", "media")] == [4, 1, 3, 2]
     finally:
         os.sched_setaffinity(0, held)
     assert Settings(extract_concurrency=3).family_concurrency("extract") == 3
     one = Settings(executor_concurrency=1)
     assert {one.family_concurrency(f) for f in ("fetch", "browser", "media")} == {1}
-    own = Settings(browser_concurrency=3, media_concurrency=1)
+    own = Settings(browser_concurrency=1, media_concurrency=3)
     assert (own.family_concurrency("browser"), own.family_concurrency("media"), own.family_concurrency("parse")) == (
-        3,
         1,
+        3,
         4,
     )
