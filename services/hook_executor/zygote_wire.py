@@ -23,11 +23,13 @@ FRAME = struct.Struct("!I")
 
 
 def send(sock: socket.socket, obj: dict) -> None:
+    """Write one message: ``obj`` as JSON after its length (``FRAME``). Raises ``OSError``."""
     data = json.dumps(obj).encode()
     sock.sendall(FRAME.pack(len(data)) + data)
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from a blocking socket. Raises ``ConnectionError`` if it closes first."""
     buf = b""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -38,6 +40,7 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def recv(sock: socket.socket) -> dict:
+    """One message (a JSON object). Raises ``ConnectionError`` if the socket closes mid-way."""
     (size,) = FRAME.unpack(recv_exact(sock, FRAME.size))
     return json.loads(recv_exact(sock, size))
 
