@@ -33,13 +33,9 @@ from boxcar.shared.plugins import Hook, PluginCatalog
 
 log = logging.getLogger(__name__)
 
-#: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself: (what that Python imports,
-#: warm-up code it runs once, on local input only).
-SECOND_INTERPRETERS: dict[str, tuple[tuple[str, ...], str]] = {
-    "TRAFILATURA_BINARY": (
-        ("json", "copy", "lxml.html", "trafilatura.core", "trafilatura.settings"),
-        "",
-    ),
+#: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself: what that Python imports.
+SECOND_INTERPRETERS: dict[str, tuple[str, ...]] = {
+    "TRAFILATURA_BINARY": ("json", "copy", "lxml.html", "trafilatura.core", "trafilatura.settings"),
 }
 
 _YTDLP_WARMUP = """
@@ -110,29 +106,20 @@ class WarmInterpreters:
         return server
 
     async def binary_overrides(self, values: dict[str, str]) -> dict[str, str]:
-        """For each ``SECOND_INTERPRETERS`` binary among ``values`` (``{"TRAFILATURA_BINARY": path}``),
-        a stand-in path whose sibling ``python`` is the warm interpreter of that binary's venv."""
+        """Stand-ins for the ``SECOND_INTERPRETERS`` and ``WARM_TOOLS`` binaries among ``values``
+        (``{"TRAFILATURA_BINARY": path}``): ``{key: stand-in path}``, only for those whose warm
+        interpreter runs (the rest start cold, unchanged).
+
+        A second interpreter's stand-in is a directory whose sibling ``python`` forwards to the warm
+        interpreter of that binary's venv (the hook runs ``<binary dir>/python``); a tool's stand-in
+        is the binary itself, running the tool's ``main`` in a fork."""
+        wanted = [(key, preload, "", None) for key, preload in SECOND_INTERPRETERS.items()]
+        wanted += [(key, preload, warmup, main) for key, (preload, warmup, main) in WARM_TOOLS.items()]
         out = {}
-        for key, (preload, warmup) in SECOND_INTERPRETERS.items():
-            binary = values.get(key)
-            if not binary:
-                continue
-            python = Path(binary).resolve().with_name("python")
-            if not python.exists():
-                continue
-            name = key.removesuffix("_BINARY").lower()
-            server = self.second.get(name)
-            if server is None:
-                server = self.second[name] = Zygote(
-                    str(python), self.root / f"{name}.sock", preload, warmup=warmup, idle_exit=self.idle_exit
-                )
-            if await self._ready(name, server) is None:
-                continue
-            out[key] = str(self._stand_in(name, Path(binary).name, server))
-        for key, (preload, warmup, main) in WARM_TOOLS.items():
+        for key, preload, warmup, main in wanted:
             binary = values.get(key)
             python = Path(binary).resolve().with_name("python") if binary else None
-            if python is None or not python.exists():
+            if not binary or python is None or not python.exists():
                 continue
             name = key.removesuffix("_BINARY").lower()
             server = self.second.get(name)
@@ -142,40 +129,18 @@ class WarmInterpreters:
                 )
             if await self._ready(name, server) is None:
                 continue
-            out[key] = str(self._tool_stand_in(name, Path(binary).name, server, main))
+            directory = self.root / name
+            directory.mkdir(parents=True, exist_ok=True)
+            stand_in = directory / Path(binary).name
+            if main is None:
+                if not stand_in.exists():
+                    stand_in.write_text("#!/bin/sh\necho 'a stand-in: only its sibling python is used' >&2\nexit 1\n")
+                    stand_in.chmod(stand_in.stat().st_mode | stat.S_IXUSR)
+                _write_client(directory / "python", server)
+            else:
+                _write_client(stand_in, server, "-c", main)
+            out[key] = str(stand_in)
         return out
-
-    def _tool_stand_in(self, name: str, binary_name: str, server: Zygote, main: str) -> Path:
-        """An executable ``binary_name`` that runs ``main`` (its arguments in ``sys.argv``) in a
-        fork of ``server``, with this process's streams, cwd and environment."""
-        directory = self.root / name
-        directory.mkdir(parents=True, exist_ok=True)
-        binary = directory / binary_name
-        script = (
-            f'#!/bin/sh\nexec "{sys.executable}" -I -S "{zygote_wire.__file__}" --client "{server.socket_path}" '
-            f'--cold "{server.python}" -c {shlex.quote(main)} "$@"\n'
-        )
-        if not binary.exists() or binary.read_text() != script:
-            binary.write_text(script)
-            binary.chmod(0o700)
-        return binary
-
-    def _stand_in(self, name: str, binary_name: str, server: Zygote) -> Path:
-        directory = self.root / name
-        directory.mkdir(parents=True, exist_ok=True)
-        binary = directory / binary_name
-        if not binary.exists():
-            binary.write_text("#!/bin/sh\necho 'a stand-in: only its sibling python is used' >&2\nexit 1\n")
-            binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
-        python = directory / "python"
-        script = (
-            f'#!/bin/sh\nexec "{sys.executable}" -I -S "{zygote_wire.__file__}" --client "{server.socket_path}" '
-            f'--cold "{server.python}" "$@"\n'
-        )
-        if not python.exists() or python.read_text() != script:
-            python.write_text(script)
-            python.chmod(0o700)
-        return binary
 
     def reap(self) -> None:
         """Collect the exit status of zygotes that exited idle (no zombie waits for the next hook)."""
@@ -185,6 +150,33 @@ class WarmInterpreters:
     def stop(self) -> None:
         for server in [self.hooks, *self.second.values()]:
             server.stop()
+
+
+def client_command(server: Zygote, *args: str) -> list[str]:
+    """The argv of a stand-in for ``server``: a small interpreter (``-I -S``: no ``site``, nothing
+    of Boxcar's imported) running ``zygote_wire.py --client``, which forwards ``args`` and its own
+    arguments, streams, cwd and environment to a fork of ``server``, or execs ``server.python`` cold
+    when no zygote answers at its socket."""
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        zygote_wire.__file__,
+        "--client",
+        str(server.socket_path),
+        "--cold",
+        server.python,
+        *args,
+    ]
+
+
+def _write_client(path: Path, server: Zygote, *args: str) -> None:
+    """Write (or leave, when unchanged) an executable ``sh`` script at ``path`` that execs
+    ``client_command(server, *args)`` with its own arguments appended."""
+    script = f'#!/bin/sh\nexec {shlex.join(client_command(server, *args))} "$@"\n'
+    if not path.exists() or path.read_text() != script:
+        path.write_text(script)
+        path.chmod(0o700)
 
 
 def node_compile_cache(lib_dir: Path) -> dict[str, str]:

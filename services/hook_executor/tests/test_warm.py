@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -29,7 +30,7 @@ def second_python(tmp_path, monkeypatch) -> Path:
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
     (venv / "tool").write_text("#!/bin/sh\nexit 0\n")
-    monkeypatch.setitem(warm.SECOND_INTERPRETERS, "TOOL_BINARY", (("decimal",), ""))  # only the warm one has it
+    monkeypatch.setitem(warm.SECOND_INTERPRETERS, "TOOL_BINARY", ("decimal",))  # only the warm one has it
     return venv / "tool"
 
 
@@ -230,12 +231,13 @@ def test_a_stand_in_starts_without_site_or_the_servers_imports(tmp_path, second_
     finally:
         interpreters.stop()
     command = Path(stand_ins["TOOL_BINARY"]).with_name("python").read_text()
-    assert " -I -S " in command
-    client = command.split('"')[3]  # exec "PYTHON" -I -S "…/zygote_wire.py" --client …
+    exec_, python, *flags_and_client = shlex.split(command.splitlines()[-1])[:5]
+    assert exec_ == "exec" and flags_and_client[:2] == ["-I", "-S"], command
+    client = flags_and_client[2]  # exec PYTHON -I -S …/zygote_wire.py --client …
     # what it imports, as it runs: no zygote at the socket, so it execs the cold program
     done = subprocess.run(
         [
-            sys.executable,
+            python,
             "-I",
             "-S",
             "-X",
