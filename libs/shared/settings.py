@@ -155,9 +155,9 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="Tasks one browser-family executor runs at once, each a tab in its Chromium (default "
-        "EXECUTOR_CONCURRENCY, at most 3: every tab costs memory in Chromium and in its Node hooks; a task mostly waits "
-        "on the page and on hook starts — on 2 cores, 40 pages, 3 at once archived 18% more per minute than 2, for "
-        "+117 MiB at the peak)",
+        "EXECUTOR_CONCURRENCY, at most 3: every tab costs memory in Chromium and in its Node hooks; a task mostly "
+        "waits on the page and on hook starts — on 2 cores, 40 pages, 3 at once archived 18% more per minute than 2, "
+        "for +117 MiB at the peak)",
     )
     extract_concurrency: int | None = Field(
         default=None,
