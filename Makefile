@@ -65,6 +65,7 @@ bench: install
 	$(PY) bench/bench_stack.py
 	$(PY) bench/bench_claims.py
 	$(PY) bench/bench_ui_list.py
+	$(PY) bench/bench_egress.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -202,7 +202,10 @@ class EgressProxy:
                     "0",
                     "--port-file",
                     str(port_file),
+                    # proxy.py's own HTTP proxy, but acknowledging upstream data at once
+                    "--disable-http-proxy",
                     "--plugins",
+                    "boxcar.hook_executor.egress_plugin.AckingHttpProxy,"
                     "boxcar.hook_executor.egress_plugin.EgressPolicyPlugin",
                     "--num-acceptors",
                     "1",

@@ -7,9 +7,10 @@ executor has no use for); ``egress.EgressProxy`` names it on the proxy's command
 from __future__ import annotations
 
 import json
+import socket
 
 from proxy.http.exception import HttpRequestRejected
-from proxy.http.proxy import HttpProxyBasePlugin
+from proxy.http.proxy import HttpProxyBasePlugin, HttpProxyPlugin
 
 from boxcar.hook_executor.egress import EgressPolicy, Refused
 
@@ -46,3 +47,28 @@ class EgressPolicyPlugin(HttpProxyBasePlugin):
 
     def on_upstream_connection_close(self) -> None:
         pass
+
+
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+class AckingHttpProxy(HttpProxyPlugin):
+    """proxy.py's HTTP proxy (run with ``--disable-http-proxy`` and this in ``--plugins``) that
+    acknowledges what an upstream sent at once (``TCP_QUICKACK`` after every read).
+
+    Many small origin servers (Python's ``http.server``, for one) send a response's headers and
+    its body in two writes with Nagle's algorithm on: the body waits until the headers are
+    acknowledged, and a receiver that delays its ACK (Linux: up to 40 ms) stalls every such
+    response. wget fetching a page's requisites one after another on a keep-alive connection pays
+    it once per requisite — 470 small 404s made one corpus page take 18.5 s instead of 0.2 s.
+    Browsers and curl pay it too; a proxy is where one setting can spare all of them."""
+
+    async def read_from_descriptors(self, r):
+        teardown = await super().read_from_descriptors(r)
+        upstream = self.upstream
+        if _QUICKACK is not None and not teardown and upstream is not None and not upstream.closed:
+            try:
+                upstream.connection.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            except OSError:
+                pass  # the connection went away meanwhile: nothing left to acknowledge
+        return teardown
