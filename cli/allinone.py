@@ -37,7 +37,7 @@ async def main(families: list[str]) -> None:
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.sqlalchemy_url)
-    await asyncio.to_thread(db.upgrade)
+    await asyncio.to_thread(db.upgrade_in_child)
     shared = await asyncio.to_thread(SharedResources, settings, families)
     runner = CrawlRunner(settings, db)
     projector = ResultProjector(settings, db)

@@ -73,7 +73,7 @@ async def run_service(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.sqlalchemy_url) if database else None
     if db is not None:
-        await asyncio.to_thread(db.upgrade)
+        await asyncio.to_thread(db.upgrade_in_child)
     loop = asyncio.get_running_loop()
     stopping: asyncio.Future = loop.create_future()
 

@@ -17,7 +17,7 @@ async def serve_both(settings) -> None:
     """The API on ``API_PORT`` (it owns the signals) and the archive origin on ``ARCHIVE_PORT``
     (stopped when the API stops)."""
     db = Database(settings.sqlalchemy_url)
-    await asyncio.to_thread(db.upgrade)
+    await asyncio.to_thread(db.upgrade_in_child)
     main = server(create_app(settings, db), settings.api_host, settings.api_port)
     archive = server(create_archive_app(settings, db), settings.api_host, settings.archive_port, handle_signals=False)
     second = asyncio.create_task(archive.serve())

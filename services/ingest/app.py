@@ -127,7 +127,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     @asynccontextmanager
     async def lifespan(app: Litestar):
         if own_db:
-            await anyio.to_thread.run_sync(db.upgrade)
+            await anyio.to_thread.run_sync(db.upgrade_in_child)
         if settings.local_token_file:  # the embedded stack's CLI finds it once the API answers
             await anyio.to_thread.run_sync(ensure_local_token, db, settings.local_token_file)
         app.state.nats = None

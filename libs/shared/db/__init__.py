@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +26,8 @@ from boxcar.shared.db.models import Base  # noqa: F401  (re-exported for Alembic
 log = logging.getLogger(__name__)
 
 MIGRATION_LOCK_ID = 0x626F78636172  # "boxcar": pg_advisory_lock key for schema upgrades
+#: the database URL ``python -m boxcar.shared.migrations`` upgrades (``Database.upgrade_in_child``)
+MIGRATE_URL_ENV = "BOXCAR_MIGRATE_URL"
 
 
 class Database:
@@ -78,6 +83,27 @@ class Database:
                 finally:
                     conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_ID})
                     conn.commit()
+
+    def upgrade_in_child(self, timeout: float = 600.0) -> None:
+        """``upgrade``, run by a short-lived ``python -m boxcar.shared.migrations``: a long-lived
+        service then never imports Alembic and the migration scripts (~8 MiB it would keep for
+        its whole life). The URL goes to the child in its environment, not its argv (``ps``
+        shows argv to every user; the URL may hold a password).
+
+        Raises:
+            RuntimeError: the upgrade failed (the message has the child's last output lines).
+        """
+        done = subprocess.run(
+            [sys.executable, "-m", "boxcar.shared.migrations"],
+            env={**os.environ, MIGRATE_URL_ENV: self.url},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip()[-2000:]
+            raise RuntimeError(f"schema upgrade failed (exit {done.returncode}): {tail}")
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -1,7 +1,8 @@
 """Alembic migrations for Boxcar's schema (Postgres and SQLite).
 
 Run with ``boxcar migrate`` or implicitly: every service upgrades the schema at start under a
-lock (``Database.upgrade``). New revision: ``alembic -c libs/shared/alembic.ini revision
+lock (``Database.upgrade``; long-lived services in a short-lived child, ``Database.upgrade_in_child``,
+which runs ``python -m boxcar.shared.migrations``). New revision: ``alembic -c libs/shared/alembic.ini revision
 --autogenerate -m "..."`` with ``DATABASE_URL`` pointing at a database on the previous revision.
 """
 

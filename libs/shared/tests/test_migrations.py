@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
+from boxcar.shared.db import Database
 from boxcar.shared.db.models import Base
+from boxcar.shared.migrations import alembic_config
 from boxcar.shared.search import is_search_table
 
 
@@ -23,3 +30,37 @@ def test_migrations_match_models(db):
 def test_upgrade_is_idempotent(db):
     db.upgrade()
     db.upgrade()
+
+
+def test_upgrade_in_a_child_builds_the_schema_and_the_parent_never_imports_alembic(tmp_path):
+    """Long-lived services upgrade through ``python -m boxcar.shared.migrations``: the schema is
+    the same, and the service process does not hold Alembic's modules afterwards."""
+    url = f"sqlite:///{tmp_path / 'index.sqlite3'}"
+    script = (
+        "import sys\n"
+        "from boxcar.shared.db import Database\n"
+        f"db = Database({url!r})\n"
+        "db.upgrade_in_child()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    database = Database(url)
+    try:
+        with database.engine.connect() as conn:
+            revision = MigrationContext.configure(conn).get_current_revision()
+        assert revision == ScriptDirectory.from_config(alembic_config()).get_current_head()
+        test_migrations_match_models(database)
+    finally:
+        database.dispose()
+
+
+def test_a_failed_upgrade_in_a_child_says_why(tmp_path):
+    (tmp_path / "index.sqlite3").write_bytes(b"not a database, " * 512)
+    database = Database(f"sqlite:///{tmp_path / 'index.sqlite3'}")
+    try:
+        with pytest.raises(RuntimeError, match="schema upgrade failed .*file is not a database"):
+            database.upgrade_in_child()
+    finally:
+        database.dispose()
