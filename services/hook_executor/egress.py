@@ -164,8 +164,9 @@ def url_refusal(policy: EgressPolicy, url: str) -> str:
 
 
 class EgressProxy:
-    """The executor's forward proxy (``python -m proxy`` with ``EgressPolicyPlugin``), a child
-    process on a free loopback port that dies with the executor; started again if it died.
+    """The executor's forward proxy (proxy.py, run by ``egress_server``, with ``AckingHttpProxy``
+    and ``EgressPolicyPlugin``), a child process on a free loopback port that dies with the
+    executor; started again if it died.
 
     Raises (``start``):
         RuntimeError: it did not come up (the message has its last log lines).
@@ -195,7 +196,7 @@ class EgressProxy:
                 [
                     sys.executable,
                     "-m",
-                    "proxy",
+                    "boxcar.hook_executor.egress_server",  # proxy.py, without its package's __init__
                     "--hostname",
                     "127.0.0.1",
                     "--port",

@@ -1,0 +1,87 @@
+"""The egress proxy process: what it imports, what it refuses, what it forwards."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from boxcar.hook_executor.egress import EgressPolicy, EgressProxy
+
+
+class SplitWrites(BaseHTTPRequestHandler):
+    """Keep-alive, headers and body in two sends (``http.server``'s way), the path echoed."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = self.path.encode()
+        self.send_response(404 if "missing" in self.path else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def origin():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SplitWrites)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def proxied_get(proxy: EgressProxy, port: int, paths: list[str]) -> list[tuple[int, bytes]]:
+    """GET each path of ``127.0.0.1:port`` through ``proxy``, one keep-alive connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+    out = []
+    try:
+        for path in paths:
+            conn.request("GET", f"http://127.0.0.1:{port}{path}")
+            response = conn.getresponse()
+            out.append((response.status, response.read()))
+    finally:
+        conn.close()
+    return out
+
+
+def test_the_proxy_process_leaves_proxy_py_s_test_helpers_and_plugins_unimported(tmp_path):
+    """The proxy skips the ``proxy`` package's ``__init__`` (test helpers, every bundled plugin,
+    httpx: ~8 MiB per proxy process) but still has every flag its start-up reads."""
+    proxy = EgressProxy(EgressPolicy(), tmp_path / "egress")
+    proxy.start()
+    try:
+        argv = list(proxy.proc.args)
+    finally:
+        proxy.stop()
+    # the very command it ran, asked only for its version (proxy.py's start-up, then exit)
+    done = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:], "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "proxy.proxy" in modules and "proxy.http.proxy.server" in modules
+    assert not modules & {"httpx", "proxy.testing", "proxy.plugin.cloudflare_dns"}, sorted(modules)
+
+
+def test_the_proxy_forwards_many_responses_on_one_connection_and_refuses_private_addresses(tmp_path, origin):
+    allowed = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "allowed")
+    refusing = EgressProxy(EgressPolicy(allow_private=False), tmp_path / "refusing")
+    allowed.start()
+    refusing.start()
+    try:
+        paths = [f"/missing-{i}.png" for i in range(50)] + ["/page/"]
+        assert proxied_get(allowed, origin, paths) == [(404, p.encode()) for p in paths[:-1]] + [(200, b"/page/")]
+        [(status, body)] = proxied_get(refusing, origin, ["/page/"])
+        assert status == 403
+        assert json.loads(body)["error"] == "refused by Boxcar's egress policy"
+    finally:
+        allowed.stop()
+        refusing.stop()
