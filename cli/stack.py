@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +74,15 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def nats_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The embedded nats-server's environment: ``environ`` with Go's ``GOGC=25`` unless set there.
+
+    Go collects garbage when the heap has grown by ``GOGC`` % since the last collection (100 by
+    default). The embedded stack's NATS holds little live data; at 25 its peak during a 130-page
+    crawl was 27.5 MiB instead of 33.9, with no CPU difference the sampler could see."""
+    return {**environ, "GOGC": environ.get("GOGC") or "25"}
 
 
 def nats_server_binary() -> str:
@@ -235,6 +245,7 @@ class EmbeddedStack:
         with open(log_path, "ab") as out:
             self.nats_proc = subprocess.Popen(
                 [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+                env=nats_env(os.environ),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent(signal.SIGTERM),

@@ -127,3 +127,11 @@ def test_no_service_outlives_a_killed_boxcar_up(tmp_path, lib_dir):
     finally:
         again.send_signal(signal.SIGINT)
         again.wait(60)
+
+
+def test_the_embedded_nats_server_collects_garbage_sooner_unless_told_otherwise():
+    from boxcar.cli.stack import nats_env
+
+    assert nats_env({"PATH": "/bin"}) == {"PATH": "/bin", "GOGC": "25"}
+    assert nats_env({"GOGC": "200"})["GOGC"] == "200"  # the user's own setting wins
+    assert nats_env({"GOGC": ""})["GOGC"] == "25"
