@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,7 +18,7 @@ import imagesize
 import psutil
 import pytest
 
-from boxcar.hook_executor.reaper import WORKER_ENV
+from boxcar.hook_executor.reaper import BROWSER_ENV, WORKER_ENV
 from boxcar.shared.db import Database
 from tests.helpers import load_crawl, submit, wait_sealed, wait_until
 
@@ -142,6 +143,16 @@ def _env(proc: psutil.Process) -> dict:
         return {}
 
 
+def _describe(proc: psutil.Process) -> str:
+    """pid, status, age and browser generation of a Chromium process, for failure messages."""
+    try:
+        return (
+            f"pid {proc.pid} {proc.status()} {time.time() - proc.create_time():.1f}s old {_env(proc).get(BROWSER_ENV)}"
+        )
+    except psutil.Error as exc:
+        return f"pid {proc.pid} ({type(exc).__name__})"
+
+
 def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, corpus_server):
     # a browser is recycled once no task uses it: 2 tabs at once, so after 8 or 9 snapshots (with the
     # default 3 at once, 8 to 10: 20 snapshots could need only 2 browsers)
@@ -149,12 +160,14 @@ def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, co
     stack = make_stack(pg_url, nats_url, env=env)
     pages = [url for url, _ in corpus_pages(corpus_server, 20, offset=30)]
     assert len(pages) == 20
-    peak, mains, stop = [0], set(), threading.Event()
+    peak, mains, stop, seen_together = [0], set(), threading.Event(), []
 
     def sample() -> None:
         while not stop.is_set():
             browsers = browser_processes(stack.data_dir, main_only=True)
-            peak[0] = max(peak[0], len(browsers))
+            if len(browsers) > peak[0]:
+                peak[0] = len(browsers)
+                seen_together[:] = [_describe(p) for p in browsers]  # for the failure message
             mains.update(p.pid for p in browsers)
             stop.wait(0.1)
 
@@ -168,7 +181,7 @@ def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, co
         sampler.join(5)
     _, snaps, results = load_crawl(Database(pg_url), crawl_id)
     assert len(snaps) == 20 and sum(r.plugin == "title" and r.status == "succeeded" for r in results) >= 19
-    assert peak[0] == 1, f"{peak[0]} browsers alive at once (one worker must have at most one)"
+    assert peak[0] == 1, f"{peak[0]} browsers alive at once (one worker must have at most one): {seen_together}"
     assert len(mains) >= 3, f"20 snapshots, recycled after 8 or 9 each, need 3 browsers; saw {len(mains)}"
 
 
