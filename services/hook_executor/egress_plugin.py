@@ -64,9 +64,10 @@ class AckingHttpProxy(HttpProxyPlugin):
     Browsers and curl pay it too; a proxy is where one setting can spare all of them."""
 
     async def read_from_descriptors(self, r):
-        teardown = await super().read_from_descriptors(r)
         upstream = self.upstream
-        if _QUICKACK is not None and not teardown and upstream is not None and not upstream.closed:
+        upstream_read = upstream is not None and not upstream.closed and upstream.connection.fileno() in r
+        teardown = await super().read_from_descriptors(r)
+        if _QUICKACK is not None and upstream_read and not teardown and not upstream.closed:
             try:
                 upstream.connection.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
             except OSError:

@@ -118,8 +118,10 @@ class WarmInterpreters:
         out = {}
         for key, preload, warmup, main in wanted:
             binary = values.get(key)
-            python = Path(binary).resolve().with_name("python") if binary else None
-            if not binary or python is None or not python.exists():
+            if not binary:
+                continue
+            python = Path(binary).resolve().with_name("python")
+            if not python.exists():
                 continue
             name = key.removesuffix("_BINARY").lower()
             server = self.second.get(name)

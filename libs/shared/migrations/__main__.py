@@ -1,5 +1,5 @@
 """``python -m boxcar.shared.migrations``: upgrade the schema of the database whose URL is in
-``BOXCAR_MIGRATE_URL`` (``Database.upgrade_in_child`` starts it), or else the settings' database."""
+``BOXCAR_MIGRATE_URL`` (``Database.upgrade_in_child`` starts it; by hand: ``boxcar migrate``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from boxcar.shared.db import MIGRATE_URL_ENV, Database
 
 def main() -> None:
     url = os.environ.get(MIGRATE_URL_ENV)
-    if not url:
-        from boxcar.shared.settings import get_settings
-
-        url = get_settings().sqlalchemy_url
+    if not url:  # by hand, use `boxcar migrate`: this is Database.upgrade_in_child's child
+        sys.exit(f"{MIGRATE_URL_ENV} is not set (to upgrade by hand, run `boxcar migrate`)")
     db = Database(url)
     try:
         db.upgrade()
