@@ -33,9 +33,17 @@ from boxcar.shared.plugins import Hook, PluginCatalog
 
 log = logging.getLogger(__name__)
 
-#: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself: what that Python imports.
-SECOND_INTERPRETERS: dict[str, tuple[str, ...]] = {
-    "TRAFILATURA_BINARY": ("json", "copy", "lxml.html", "trafilatura.core", "trafilatura.settings"),
+#: trafilatura's metadata step looks a page's host up in the public suffix list (courlan → tld),
+#: which the first look-up in a process reads and parses from tld's own copy: 70–90 ms, every page.
+_TRAFILATURA_WARMUP = "from tld import get_tld; get_tld('https://example.org/', fail_silently=True)"
+
+#: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself: (what that Python imports,
+#: warm-up code on local input only).
+SECOND_INTERPRETERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "TRAFILATURA_BINARY": (
+        ("json", "copy", "lxml.html", "trafilatura.core", "trafilatura.settings"),
+        _TRAFILATURA_WARMUP,
+    ),
 }
 
 _YTDLP_WARMUP = """
@@ -113,7 +121,7 @@ class WarmInterpreters:
         A second interpreter's stand-in is a directory whose sibling ``python`` forwards to the warm
         interpreter of that binary's venv (the hook runs ``<binary dir>/python``); a tool's stand-in
         is the binary itself, running the tool's ``main`` in a fork."""
-        wanted = [(key, preload, "", None) for key, preload in SECOND_INTERPRETERS.items()]
+        wanted = [(key, preload, warmup, None) for key, (preload, warmup) in SECOND_INTERPRETERS.items()]
         wanted += [(key, preload, warmup, main) for key, (preload, warmup, main) in WARM_TOOLS.items()]
         out = {}
         for key, preload, warmup, main in wanted:

@@ -30,7 +30,7 @@ def second_python(tmp_path, monkeypatch) -> Path:
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
     (venv / "tool").write_text("#!/bin/sh\nexit 0\n")
-    monkeypatch.setitem(warm.SECOND_INTERPRETERS, "TOOL_BINARY", ("decimal",))  # only the warm one has it
+    monkeypatch.setitem(warm.SECOND_INTERPRETERS, "TOOL_BINARY", (("decimal",), ""))  # only the warm one has it
     return venv / "tool"
 
 
@@ -255,3 +255,58 @@ def test_a_stand_in_starts_without_site_or_the_servers_imports(tmp_path, second_
     assert done.returncode == 0, done.stderr
     modules = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "socket" in modules and not modules & {"site", "asyncio", "boxcar", "logging", "pathlib"}, sorted(modules)
+
+
+#: What ``http.client`` and ``urllib.request`` get as their default HTTPS context, and the CA
+#: certificates in it, as the CA setting changes under the hook (``ca.pem`` lies beside it).
+HTTPS_CONTEXT_PROBE = """
+import http.client, json, os, ssl, urllib.request
+from pathlib import Path
+
+def context():
+    return http.client.HTTPSConnection("example.org")._context
+
+def cas():
+    return context().cert_store_stats()["x509_ca"]
+
+opener = lambda: next(h for h in urllib.request.build_opener().handlers if isinstance(h, urllib.request.HTTPSHandler))
+shared = context() is context() and opener()._context is opener()._context
+default = cas()
+pem = Path(__file__).with_name("ca.pem")
+os.environ["SSL_CERT_FILE"] = str(pem)
+one = cas()
+first = Path("/etc/ssl/certs/ca-certificates.crt").read_text().split("-----END CERTIFICATE-----")
+pem.write_text(first[0] + "-----END CERTIFICATE-----\\n" + first[1] + "-----END CERTIFICATE-----\\n")
+os.utime(pem, ns=(1, os.stat(pem).st_mtime_ns + 10**9))  # a changed bundle, whatever the clock's grain
+two = cas()
+del os.environ["SSL_CERT_FILE"]
+back = cas()
+ssl._create_default_https_context = ssl._create_unverified_context  # PEP 476's opt-out
+print(json.dumps([shared, default > 10, one, two, back == default, context().verify_mode == ssl.CERT_NONE]))
+"""
+
+
+def test_forked_hooks_share_one_default_https_context_per_ca_setting(tmp_path):
+    """A default HTTPS context loads the whole CA bundle (~18 ms); a zygote makes it once and
+    its hooks reuse it while ``SSL_CERT_FILE``/``SSL_CERT_DIR`` and the bundle stay the same. A
+    changed setting or bundle gets a context that honours it, the opt-out still works, and
+    apart from the sharing a cold start sees the same."""
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if not bundle.exists():
+        pytest.skip("no system CA bundle")
+    hook = probe_hook(tmp_path, HTTPS_CONTEXT_PROBE)
+    first = bundle.read_text().split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n"
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+
+    async def go(spawner) -> tuple[str, int]:
+        Path(hook.path).with_name("ca.pem").write_text(first)
+        if spawner is not None:
+            await asyncio.to_thread(spawner.start)
+        return await run_hook(hook, tmp_path, spawner)
+
+    try:
+        warm_out, cold_out = asyncio.run(go(zygote)), asyncio.run(go(None))
+    finally:
+        zygote.stop()
+    assert warm_out == ("[true, true, 1, 2, true, true]", 0)
+    assert cold_out == ("[false, true, 1, 2, true, true]", 0)
