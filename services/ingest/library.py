@@ -38,7 +38,7 @@ from boxcar.shared.db.models import (
     Tag,
     url_hash,
 )
-from boxcar.shared.messages import Seed, clean_tags
+from boxcar.shared.messages import Seed, clean_tags, clean_text
 from boxcar.shared.urls import InvalidURL, url_domain
 
 PAGE_SIZE = 50
@@ -50,7 +50,12 @@ class SnapshotBusy(Exception):
 
 @dataclass
 class SnapshotFilter:
-    """What the list shows: every field optional; ``date_from``/``date_to`` bound ``created_at``."""
+    """What the list shows: every field optional; ``date_from``/``date_to`` bound ``created_at``.
+
+    Its text is cleaned here, where every filter enters (the API and the web UI): the tag as tags
+    are stored (``clean_tags``: ``"no\x00pe"`` finds tag ``nope``), the rest without NUL or other
+    control characters and cut to their columns' lengths — Postgres refuses NUL in a query's text.
+    """
 
     tag: str = ""
     crawl_id: str = ""
@@ -59,6 +64,13 @@ class SnapshotFilter:
     date_from: datetime | None = None
     date_to: datetime | None = None
     q: str = ""
+
+    def __post_init__(self) -> None:
+        self.tag = next(iter(clean_tags(self.tag)), "")
+        self.crawl_id = clean_text(self.crawl_id)[:32]
+        self.status = clean_text(self.status)[:16]
+        self.domain = clean_text(self.domain)[:255]
+        self.q = clean_text(self.q)[:1000]
 
 
 @dataclass

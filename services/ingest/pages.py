@@ -105,13 +105,13 @@ class SnapshotPages(Controller):
         """The snapshot list, newest first, or search results (``q``), with filters."""
         end = _date(date_to)
         filters = SnapshotFilter(
-            tag=tag[:100],
-            crawl_id=crawl_id[:32],
-            status=status[:16],
-            domain=domain[:255],
+            tag=tag,
+            crawl_id=crawl_id,
+            status=status,
+            domain=domain,
             date_from=_date(date_from),
             date_to=end + timedelta(days=1) if end else None,
-            q=q[:1000],
+            q=q,
         )
         page = await anyio.to_thread.run_sync(lambda: library.list(filters, cursor[:100]))
         params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}

@@ -343,6 +343,25 @@ def test_search_api_and_list_filters(archive):
         assert archive["sealed"] not in c.get("/", params={"domain": "other.test"}).text
 
 
+def test_filters_with_nul_or_control_characters_find_what_their_clean_form_finds(archive):
+    """Postgres refuses NUL in a query's text: every filter is cleaned where it enters (a tag as
+    tags are stored), so such input gets the list its cleaned form gets, never a 500."""
+    token = create_token(archive["db"], "t", scope="read")
+    auth = {"Authorization": f"Bearer {token}"}
+    with client(archive) as c:
+        found = c.get("/api/v1/search", params={"q": "brown\x00 fox", "tag": "\x00"}, headers=auth)
+        assert found.status_code == 200, found.text
+        assert [i["id"] for i in found.json()["items"]] == [archive["sealed"]]
+        none = c.get("/api/v1/search", params={"q": "brown fox", "tag": "no\x00pe\x07"}, headers=auth)
+        assert none.status_code == 200 and none.json()["items"] == []
+        log_in(c)
+        for key in ("q", "tag", "status", "domain", "crawl_id"):
+            page = c.get("/", params={key: "site\x00.test\x1b"})
+            assert page.status_code == 200, (key, page.text[-500:])
+        assert archive["sealed"] in c.get("/", params={"domain": "site.test\x00"}).text
+        assert archive["sealed"] not in c.get("/", params={"domain": "other\x00.test"}).text
+
+
 def test_tags_are_edited_on_the_snapshot_page(archive):
     with client(archive) as c:
         log_in(c)
