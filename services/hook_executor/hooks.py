@@ -30,7 +30,7 @@ from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, OutputFile, ProcessRecord, Seed
 from boxcar.shared.plugins import Hook
-from boxcar.shared.procutil import die_with_parent
+from boxcar.shared.procutil import detached
 from boxcar.shared.storage import display_path
 from boxcar.shared.urls import InvalidURL
 
@@ -56,9 +56,6 @@ _FINAL = ("succeeded", "failed", "skipped", "noresults")
 #: ``noresults`` that means "this plugin does not apply to this kind of page" (a PDF for the DOM
 #: plugins, an HTML page for staticfile): recorded as ``skipped``, with the hook's reason.
 NOT_APPLICABLE = re.compile(r"already handled|not HTML|\(not staticfile\)", re.IGNORECASE)
-
-
-_die_with_parent = die_with_parent(signal.SIGKILL)
 
 
 def normalize_status(value: Any) -> str:
@@ -157,15 +154,16 @@ class HookProcess:
             except OSError as exc:  # it just exited idle (or died): this hook starts cold
                 log.info("warm interpreter unavailable for %s (%s): starting it cold", self.hook.name, exc)
         if self.proc is None:
+            argv, detach = detached(self.cmd, signal.SIGKILL)
             self.proc = await asyncio.create_subprocess_exec(
-                *self.cmd,
+                *argv,
                 cwd=self.plugin_dir,
                 env=self.env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                preexec_fn=_die_with_parent,
                 limit=STREAM_LIMIT,
+                **detach,
             )
         self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
         if self.memory_limit or self.output_limit:
