@@ -6,7 +6,9 @@ The delimiter is ``,``, ``;`` or tab. Cells may hold quoted delimiters and newli
   case-insensitively, spaces and ``-`` read as ``_``), columns are taken by name.
 - Otherwise the file is CSV when every sampled row has the same number (>= 2) of fields and most
   rows have a field that is a URL (with any scheme; at least one an http(s) one), e.g. a
-  browser-history export ``2024-11-13 20:00:00-05:00,https://www.example.com/,Example``. A first
+  browser-history export ``2024-11-13 20:00:00-05:00,https://www.example.com/,Example``; where
+  more than one delimiter qualifies, the one under which more rows hold a date wins, then the one
+  giving more fields (a ``;`` file whose titles hold commas). A first
   row whose fields are all non-empty names (no URL, number or date) is a header (its known column
   names are still used for title, tags, date and folder). The
   other columns are guessed per row and cell: the first field that is an http(s) URL is the URL
@@ -136,7 +138,7 @@ def _guess_layout(text: str) -> _Layout | None:
     # Lines that are all single URL tokens are a URL list (a comma in them is part of the URL)
     # unless every one of them also holds a date field, e.g. "https://a.example/,A,1731546000".
     bare = all(HTTP_TOKEN.match(line) for line in lines)
-    best: tuple[int, _Layout] | None = None
+    best: tuple[tuple[int, int], _Layout] | None = None
     for delimiter in _DELIMITERS:
         rows = _sample(text, delimiter)
         if not rows or len(rows[0]) < 2 or any(len(row) != len(rows[0]) for row in rows):
@@ -150,9 +152,13 @@ def _guess_layout(text: str) -> _Layout | None:
             continue
         if bare and not all(any(_cell_date(cell) for cell in row) for row in data):
             continue
-        if best is None or len(rows[0]) > best[0]:
+        # the delimiter under which more rows hold a date, then the one with more columns: a
+        # title with commas in a ";" file ("https://a.example/;A,,;2000-01-01") splits into as many
+        # cells on "," but leaves no date cell there
+        score = (sum(1 for row in data if any(_cell_date(cell) for cell in row)), len(rows[0]))
+        if best is None or score > best[0]:
             fields = None if header is None else [_name(field) for field in header]
-            best = (len(rows[0]), _Layout(delimiter, fields))
+            best = (score, _Layout(delimiter, fields))
     return best[1] if best else None
 
 
