@@ -3,7 +3,9 @@
 uvicorn's ``Server.main_loop`` wakes every 0.1 s to refresh the ``Date`` header (once a second)
 and to notice ``should_exit``; two servers in the embedded stack made that twenty wake-ups a
 second, the largest share of an idle stack's CPU. Ticking once a second keeps the ``Date``
-header exact to the second, as uvicorn's own refresh does, and stops within a second.
+header exact to the second, as uvicorn's own refresh does; setting ``should_exit`` wakes the
+loop at once, so a stop does not wait for the next tick (a stopping ``boxcar add`` waited half a
+second on average for it).
 """
 
 from __future__ import annotations
@@ -27,8 +29,22 @@ class Server(uvicorn.Server):
     """
 
     def __init__(self, config: uvicorn.Config, *, handle_signals: bool = True) -> None:
+        self._exit = asyncio.Event()
         super().__init__(config)
         self.handle_signals = handle_signals
+
+    @property
+    def should_exit(self) -> bool:
+        """uvicorn's stop flag (set by its signal handler, or by whoever runs the server); setting
+        it also wakes ``main_loop``."""
+        return self._exit.is_set()
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        if value:
+            self._exit.set()
+        else:
+            self._exit.clear()
 
     def capture_signals(self):
         if self.handle_signals:
@@ -41,7 +57,8 @@ class Server(uvicorn.Server):
         should_exit = await self.on_tick(counter)
         while not should_exit:
             counter = (counter + 10) % 864000
-            await asyncio.sleep(TICK)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit.wait(), TICK)
             should_exit = await self.on_tick(counter)
 
 
