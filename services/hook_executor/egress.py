@@ -23,6 +23,7 @@ with the reason instead of letting each fail.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -237,8 +238,12 @@ class EgressProxy:
         return self.url
 
     def stop(self) -> None:
+        """SIGTERM the proxy's process group — its main process and its forked acceptor, which
+        would otherwise see the main's shutdown only at its next one-second ``select`` timeout —
+        and wait for it (at most 5 s, then SIGKILL)."""
         if self.running():
-            self.proc.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)  # its own session: die_with_parent
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
