@@ -26,6 +26,7 @@ import psutil
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.reaper import BROWSER_ENV, kill_all, processes_with
 from boxcar.shared.plugins import Hook, PluginCatalog
+from boxcar.shared.procutil import tree_rss
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +130,7 @@ class BrowserSession:
     def memory(self) -> int:
         """Resident bytes of the browser process and all its children (0 if not running)."""
         pid = self._chrome_pid()
-        try:
-            root = psutil.Process(pid)
-            return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
-        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, TypeError):
-            return 0
+        return tree_rss(pid) if pid else 0
 
     def _should_recycle(self) -> bool:
         if self.recycle_after and self.uses >= self.recycle_after:

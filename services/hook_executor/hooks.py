@@ -23,14 +23,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from boxcar.hook_executor.zygote import Zygote
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, OutputFile, ProcessRecord, Seed
 from boxcar.shared.plugins import Hook
-from boxcar.shared.procutil import detached
+from boxcar.shared.procutil import detached, tree_rss
 from boxcar.shared.storage import display_path
 from boxcar.shared.urls import InvalidURL
 
@@ -272,7 +270,7 @@ class HookProcess:
 
     async def _watch_limits(self, interval: float = 1.0) -> None:
         """Kill the hook when its processes' resident memory passes ``memory_limit`` (abx-dl's
-        ``MEMORY_LIMIT``, via psutil) or its output passes ``output_limit`` bytes
+        ``MEMORY_LIMIT``, summed over its process tree) or its output passes ``output_limit`` bytes
         (``SNAPSHOT_MAX_SIZE``): a hostile page cannot fill the memory or the disk."""
         while self.proc.returncode is None:
             await asyncio.sleep(interval)
@@ -285,11 +283,7 @@ class HookProcess:
 
     def _limit_reached(self) -> str:
         if self.memory_limit:
-            try:
-                root = psutil.Process(self.proc.pid)
-                rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
-            except psutil.Error:
-                rss = 0
+            rss = tree_rss(self.proc.pid)
             if rss > self.memory_limit:
                 return f"used {rss / 2**20:.0f} MiB of memory, over MEMORY_LIMIT ({self.memory_limit / 2**20:.0f} MiB)"
         if self.output_limit:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -53,3 +54,38 @@ def test_a_detached_program_leads_its_session_and_dies_with_its_parent(setpriv, 
     finally:
         parent.kill()
         parent.wait()
+
+
+TREE = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    grandchild = "import time; b = b'x' * (48 << 20); time.sleep(120)"
+    child = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(120)"
+    subprocess.Popen([sys.executable, "-c", child])
+    time.sleep(120)
+    """
+)
+
+
+@pytest.mark.parametrize("children_files", [True, False], ids=["proc-children", "psutil"])
+def test_tree_rss_counts_every_descendant(children_files, monkeypatch):
+    monkeypatch.setattr(procutil, "_CHILDREN_FILES", children_files and procutil._CHILDREN_FILES)
+    root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
+    deadline = time.monotonic() + 60
+    try:
+        tree = psutil.Process(root.pid)
+        while len(tree.children(recursive=True)) < 2:  # polled: the tree builds itself
+            assert root.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        grandchild = tree.children(recursive=True)[-1]
+        while grandchild.memory_info().rss < 48 << 20:  # its bytearray is in
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        expected = sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)])
+        got = procutil.tree_rss(root.pid)
+        assert got > (48 << 20) + tree.memory_info().rss
+        assert abs(got - expected) < 2 << 20  # the same processes, read a moment apart
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+    assert procutil.tree_rss(root.pid) == 0
