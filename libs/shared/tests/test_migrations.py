@@ -9,10 +9,11 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 
-from boxcar.shared.db import Database
+from boxcar.shared.db import Database, head_revision
 from boxcar.shared.db.models import Base
-from boxcar.shared.migrations import alembic_config
+from boxcar.shared.migrations import alembic_config, upgrade_connection
 from boxcar.shared.search import is_search_table
 
 
@@ -62,5 +63,30 @@ def test_a_failed_upgrade_in_a_child_says_why(tmp_path):
     try:
         with pytest.raises(RuntimeError, match="schema upgrade failed .*file is not a database"):
             database.upgrade_in_child()
+    finally:
+        database.dispose()
+
+
+def test_head_revision_is_alembics_head():
+    """``head_revision`` reads the files' names; Alembic follows ``down_revision``: they agree."""
+    assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def test_upgrade_in_a_child_runs_only_below_head(db_url):
+    """A new database and one a revision behind are upgraded (by the child); at head, ``at_head``
+    says so and the child is not needed."""
+    database = Database(db_url)
+    try:
+        assert not database.at_head()  # no schema yet
+        previous = f"{int(head_revision()) - 1:04d}"
+        with database.engine.connect() as conn:
+            upgrade_connection(conn, previous)
+        assert not database.at_head()
+        database.upgrade_in_child()
+        assert database.at_head()
+        test_migrations_match_models(database)
+        with database.engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+        assert not database.at_head()  # a newer schema than this code knows is not "at head"
     finally:
         database.dispose()
