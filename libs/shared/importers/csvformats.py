@@ -150,12 +150,13 @@ def _guess_layout(text: str) -> _Layout | None:
             continue
         if not any(_is_http_url(cell) for row in data for cell in row):
             continue
-        if bare and not all(any(_cell_date(cell) for cell in row) for row in data):
+        dated = sum(1 for row in data if any(_cell_date(cell) for cell in row))
+        if bare and dated < len(data):
             continue
         # the delimiter under which more rows hold a date, then the one with more columns: a
         # title with commas in a ";" file ("https://a.example/;A,,;2000-01-01") splits into as many
         # cells on "," but leaves no date cell there
-        score = (sum(1 for row in data if any(_cell_date(cell) for cell in row)), len(rows[0]))
+        score = (dated, len(rows[0]))
         if best is None or score > best[0]:
             fields = None if header is None else [_name(field) for field in header]
             best = (score, _Layout(delimiter, fields))
