@@ -33,7 +33,11 @@ import msgspec
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from boxcar.shared.messages import clean_text
+
 MAX_BODY_CHARS = 100_000
+#: characters of a search query looked at (the rest is dropped)
+MAX_QUERY = 1000
 #: tables of the search index (migration 0005), not ORM models: schema comparisons skip them
 TABLES = ("search_document", "search_fts")
 _MARK_START, _MARK_END = "\x02", "\x03"
@@ -129,8 +133,10 @@ def indexed_count(s: Session) -> int:
 
 def search(s: Session, query: str, *, tag: str | None = None, limit: int = 20, offset: int = 0) -> list[SearchHit]:
     """Snapshots matching ``query`` (web-search syntax), best first, optionally only those tagged
-    ``tag``. An empty query, or one with nothing to look for, matches nothing."""
-    query = query.replace("\x00", " ").strip()[:1000]
+    ``tag``. An empty query, or one with nothing to look for, matches nothing. The query is cleaned
+    here as ``SnapshotFilter`` cleans it where it enters (``clean_text``, ``MAX_QUERY``), so a
+    caller passing raw text gets the same answer."""
+    query = clean_text(query)[:MAX_QUERY]
     if not query:
         return []
     params = {"limit": max(1, min(limit, 1000)), "offset": max(0, offset), "tag": tag}

@@ -70,7 +70,7 @@ class SnapshotFilter:
         self.crawl_id = clean_text(self.crawl_id)[:32]
         self.status = clean_text(self.status)[:16]
         self.domain = clean_text(self.domain)[:255]
-        self.q = clean_text(self.q)[:1000]
+        self.q = clean_text(self.q)[: search.MAX_QUERY]
 
 
 @dataclass
