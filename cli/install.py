@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from boxcar.binary_resolver.resolver import resolve_binary
-from boxcar.shared.binaries import DISABLED_BY_DEFAULT
+from boxcar.shared.binaries import DISABLED_BY_DEFAULT, ESBUILD
 from boxcar.shared.families import load_families
 from boxcar.shared.messages import BinaryRequest
 from boxcar.shared.plugins import PRIVATE_ENV_KEYS, PluginCatalog
@@ -105,6 +105,18 @@ def install(
             report.rows.append(Row(plugin, "", "unrunnable", where=why[:500]))
         else:
             report.rows.append(Row(plugin, "", "ready"))
+    # esbuild, which bundles the browser hooks' puppeteer-core (WARM_HOOKS); optional: without it
+    # they load the package unbundled, so a missing one is shown but makes no plugin unrunnable
+    if "chrome" in enabled and settings.warm_hooks:
+        reply = resolve_binary(
+            _request(ESBUILD, "chrome", settings.machine_name), settings.lib_dir, providers, settings.machine_name
+        )
+        if reply.ok and reply.binary:
+            status = "installed" if reply.installed else "found"
+            where = f"{reply.binary.abspath} ({reply.binary.binprovider})"
+            report.rows.append(Row("chrome", ESBUILD["name"], status, reply.binary.version, where))
+        else:
+            report.rows.append(Row("chrome", ESBUILD["name"], "missing", where=f"optional: {reply.error}"))
     return report
 
 

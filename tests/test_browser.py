@@ -192,7 +192,7 @@ def test_install_provisions_everything_then_is_a_no_op(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     rows = [json.loads(line) for line in first.stdout.splitlines()]
     by_binary = {r["binary"]: r for r in rows if r["binary"]}
-    assert {"node", "abxbus", "browsers", "chromium", "pdftoppm", "wget", "trafilatura"} <= set(by_binary)
+    assert {"node", "abxbus", "browsers", "chromium", "pdftoppm", "wget", "trafilatura", "esbuild"} <= set(by_binary)
     assert {"yt-dlp", "ffmpeg", "gallery-dl", "git", "single-file", "readability-extractor", "defuddle"} <= set(
         by_binary
     )

@@ -87,6 +87,17 @@ DEFAULT_OVERRIDES: dict[str, dict[str, Any]] = {
     },
 }
 
+#: A tool Boxcar itself runs for the browser hooks, not a plugin's ``required_binaries`` record:
+#: esbuild bundles the puppeteer-core they load (``hook_executor/nodebundle.py``). Resolved like a
+#: plugin's binary (``boxcar install`` lists it under chrome); without it the hooks load the
+#: package unbundled.
+ESBUILD: dict[str, Any] = {
+    "name": "esbuild",
+    "binproviders": "npm",
+    "min_version": "0.25.0",
+    "overrides": {"npm": {"install_args": ["esbuild@0.25.9"]}},
+}
+
 #: Plugins off unless explicitly enabled, and why (shown by ``boxcar install``): the Chrome Web
 #: Store extensions, and mercury, whose npm package needs a git dependency from GitHub.
 DISABLED_BY_DEFAULT: dict[str, str] = {

@@ -194,8 +194,8 @@ class Settings(BaseSettings):
     warm_hooks: bool = Field(
         default=True,
         description="Fork Python hooks from a warm interpreter (and a second Python like trafilatura's, and "
-        "yt-dlp and gallery-dl from warmed ones), and cache Node's compiled modules: the same hooks, a fraction "
-        "of the CPU",
+        "yt-dlp and gallery-dl from warmed ones), cache Node's compiled modules, and load the browser hooks' "
+        "puppeteer-core from one bundle: the same hooks, a fraction of the CPU",
     )
     warm_idle_timeout: float = Field(
         default=300.0,

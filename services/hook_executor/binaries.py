@@ -99,6 +99,16 @@ class BinaryClient:
                 known.extend(e for e in entries if e not in known)
         return BinaryEnv(values, {var: dirs for var, dirs in paths.items() if dirs})
 
+    async def tool(self, record: dict[str, Any], plugin: str) -> str:
+        """The path of a tool Boxcar itself runs for ``plugin``'s hooks (a ``required_binaries``-shaped
+        ``record`` such as ``boxcar.shared.binaries.ESBUILD``), resolved like a plugin's binary.
+
+        Raises:
+            BinaryUnavailable, ResolverUnreachable: as ``env_for``.
+        """
+        request = BinaryRequest.from_record(record, plugin=plugin, machine=self.machine)
+        return (await self.resolve(request)).abspath
+
     async def resolve(self, request: BinaryRequest) -> BinaryRecord:
         """The binary for ``request`` (cached; an unavailable one is retried after ``NEGATIVE_TTL``).
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import shutil
@@ -42,6 +43,7 @@ from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, telemetry
+from boxcar.shared.binaries import ESBUILD
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, HookTask, ProcessRecord, TaskCompleted, TaskStarted, encode
@@ -292,6 +294,9 @@ class TaskRun:
             stand_ins = await self.x.warm.binary_overrides(binary_env.values)
             if stand_ins:
                 binary_env = BinaryEnv({**binary_env.values, **stand_ins}, binary_env.paths)
+            binary_env = self.x.warm.node_path(
+                hook, binary_env, functools.partial(self.x.binaries.tool, ESBUILD, hook.plugin)
+            )
         # asked last, after every await that can take a while (binaries, warm interpreter), so a
         # cancel that lands while this hook was being prepared still stops it from starting
         if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):

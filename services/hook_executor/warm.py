@@ -1,6 +1,7 @@
 """The warm interpreters of one executor (``WARM_HOOKS``): a fork server for its Python hooks, and
 one for each second Python a hook starts (trafilatura runs its extraction in the managed
-trafilatura venv's ``python -c``); Node hooks get a compile cache (``NODE_COMPILE_CACHE``).
+trafilatura venv's ``python -c``); Node hooks get a compile cache (``NODE_COMPILE_CACHE``), and the
+browser hooks a bundled puppeteer-core (``nodebundle``).
 
 A second interpreter is reached through a stand-in: the hook finds its ``python`` beside the
 binary it was given (``Path(TRAFILATURA_BINARY).resolve().with_name("python")``), so the executor
@@ -25,9 +26,12 @@ import logging
 import shlex
 import stat
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from boxcar.hook_executor import zygote_wire
+from boxcar.hook_executor.binaries import BinaryEnv
+from boxcar.hook_executor.nodebundle import PuppeteerBundles
 from boxcar.hook_executor.zygote import HOOK_PRELOAD, Zygote
 from boxcar.shared.plugins import Hook, PluginCatalog
 
@@ -81,11 +85,20 @@ class WarmInterpreters:
         root: a private directory for their sockets and stand-ins.
         catalog, plugins: the plugins this executor runs (their config models are pre-built).
         idle_exit: seconds without a hook after which each exits (``WARM_IDLE_TIMEOUT``; 0: never).
+        bundles: the bundled puppeteer-core for Node hooks (None: they load it unbundled).
     """
 
-    def __init__(self, root: Path, catalog: PluginCatalog, plugins: list[str], idle_exit: float = 0.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        catalog: PluginCatalog,
+        plugins: list[str],
+        idle_exit: float = 0.0,
+        bundles: PuppeteerBundles | None = None,
+    ) -> None:
         self.root = root
         self.idle_exit = idle_exit
+        self.bundles = bundles
         configs = tuple(
             str(Path(catalog[p].path) / "config.json") for p in catalog.with_requirements(plugins) if p in catalog
         )
@@ -151,6 +164,22 @@ class WarmInterpreters:
                 _write_client(stand_in, server, "-c", main)
             out[key] = str(stand_in)
         return out
+
+    def node_path(self, hook: Hook, binaries: BinaryEnv, esbuild: Callable[[], Awaitable[str]]) -> BinaryEnv:
+        """``binaries`` for a Node ``hook`` with the bundled puppeteer-core's shadow
+        ``node_modules`` in front of ``NODE_PATH`` once that bundle is built (``nodebundle``; the
+        first such hook starts the build); ``binaries`` unchanged for any other hook, or before.
+
+        Args:
+            esbuild: returns esbuild's path; awaited only when a build starts.
+        """
+        if self.bundles is None or hook.language != "node":
+            return binaries
+        node_path = binaries.paths.get("NODE_PATH", [])
+        front = self.bundles.node_path(node_path, binaries.values.get("NODE_BINARY") or "node", esbuild)
+        if not front:
+            return binaries
+        return BinaryEnv(binaries.values, {**binaries.paths, "NODE_PATH": [*front, *node_path]})
 
     def reap(self) -> None:
         """Collect the exit status of zygotes that exited idle (no zombie waits for the next hook)."""

@@ -20,6 +20,8 @@ from boxcar.hook_executor import reaper
 from boxcar.hook_executor.binaries import BinaryClient
 from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.egress import EgressPolicy, EgressProxy
+from boxcar.hook_executor.environment import HOOK_SUBSTITUTES
+from boxcar.hook_executor.nodebundle import PuppeteerBundles
 from boxcar.hook_executor.task import TaskExecutor
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, telemetry
@@ -100,6 +102,7 @@ class HookExecutor:
                     self.catalog,
                     plugins,
                     idle_exit=self.settings.warm_idle_timeout,
+                    bundles=puppeteer_bundles(self.settings, self.catalog),
                 )
         self.executor = TaskExecutor(
             self.settings,
@@ -197,6 +200,12 @@ def egress_proxy(settings: Settings, workdir) -> EgressProxy | None:
     return proxy
 
 
+def puppeteer_bundles(settings: Settings, catalog: PluginCatalog) -> PuppeteerBundles:
+    """The machine's bundled puppeteer-core for the browser hooks (``<ABXPKG_LIB_DIR>/node-bundles``),
+    covering what ``catalog``'s hooks and Boxcar's substitutes require of it."""
+    return PuppeteerBundles(settings.lib_dir / "node-bundles", [catalog.plugins_dir, *HOOK_SUBSTITUTES.values()])
+
+
 class SharedResources:
     """What executors of several families in one process share: one egress proxy, one warm
     interpreter with every family's plugins preloaded (the one-process embedded stack)."""
@@ -209,7 +218,13 @@ class SharedResources:
         table = load_families().families
         plugins = [p for f in families for p in table[f].plugins]
         self.warm = (
-            WarmInterpreters(root / "warm" / name, catalog, plugins, idle_exit=settings.warm_idle_timeout)
+            WarmInterpreters(
+                root / "warm" / name,
+                catalog,
+                plugins,
+                idle_exit=settings.warm_idle_timeout,
+                bundles=puppeteer_bundles(settings, catalog),
+            )
             if settings.warm_hooks
             else None
         )
