@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from boxcar.binary_resolver.resolver import resolve_binary
 from boxcar.shared.binaries import DISABLED_BY_DEFAULT, ESBUILD
 from boxcar.shared.families import load_families
-from boxcar.shared.messages import BinaryRequest
+from boxcar.shared.messages import BinaryReply, BinaryRequest
 from boxcar.shared.plugins import PRIVATE_ENV_KEYS, PluginCatalog
 from boxcar.shared.settings import Settings
 
@@ -74,19 +74,12 @@ def install(
             cache_key = json.dumps(record, sort_keys=True, default=str)
             if cache_key not in answers:
                 reply = resolve_binary(
-                    _request(record, plugin, settings.machine_name), settings.lib_dir, providers, settings.machine_name
+                    BinaryRequest.from_record(record, plugin=plugin, machine=settings.machine_name),
+                    settings.lib_dir,
+                    providers,
+                    settings.machine_name,
                 )
-                if reply.ok and reply.binary:
-                    b = reply.binary
-                    row = Row(
-                        plugin,
-                        record["name"],
-                        "installed" if reply.installed else "found",
-                        b.version,
-                        f"{b.abspath} ({b.binprovider})",
-                    )
-                else:
-                    row = Row(plugin, record["name"], "missing", where=reply.error)
+                row = _row(plugin, record["name"], reply)
                 answers[cache_key] = (reply.ok, row)
                 report.rows.append(row)
             if not answers[cache_key][0] and plugin not in report.unrunnable:
@@ -109,26 +102,21 @@ def install(
     # they load the package unbundled, so a missing one is shown but makes no plugin unrunnable
     if "chrome" in enabled and settings.warm_hooks:
         reply = resolve_binary(
-            _request(ESBUILD, "chrome", settings.machine_name), settings.lib_dir, providers, settings.machine_name
+            BinaryRequest.from_record(ESBUILD, plugin="chrome", machine=settings.machine_name),
+            settings.lib_dir,
+            providers,
+            settings.machine_name,
         )
-        if reply.ok and reply.binary:
-            status = "installed" if reply.installed else "found"
-            where = f"{reply.binary.abspath} ({reply.binary.binprovider})"
-            report.rows.append(Row("chrome", ESBUILD["name"], status, reply.binary.version, where))
-        else:
-            report.rows.append(Row("chrome", ESBUILD["name"], "missing", where=f"optional: {reply.error}"))
+        report.rows.append(_row("chrome", ESBUILD["name"], reply, missing="optional: "))
     return report
 
 
-def _request(record: dict, plugin: str, machine: str) -> BinaryRequest:
-    return BinaryRequest(
-        name=str(record.get("name", "")),
-        binproviders=str(record.get("binproviders") or "env"),
-        min_version=record.get("min_version") or None,
-        max_version=record.get("max_version") or None,
-        overrides=dict(record.get("overrides") or {}),
-        min_release_age=record.get("min_release_age"),
-        postinstall_scripts=record.get("postinstall_scripts"),
-        plugin=plugin,
-        machine=machine,
-    )
+def _row(plugin: str, binary: str, reply: BinaryReply, missing: str = "") -> Row:
+    """The report's line for ``plugin``'s ``binary`` from the resolver's ``reply`` (``missing``:
+    put before the reason it is missing)."""
+    if reply.ok and reply.binary:
+        b = reply.binary
+        return Row(
+            plugin, binary, "installed" if reply.installed else "found", b.version, f"{b.abspath} ({b.binprovider})"
+        )
+    return Row(plugin, binary, "missing", where=f"{missing}{reply.error}")
