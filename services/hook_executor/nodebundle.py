@@ -42,6 +42,8 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
+from boxcar.shared.plugins import PRIVATE_ENV_KEYS
+
 log = logging.getLogger(__name__)
 
 HELPER = Path(__file__).with_name("puppeteer_bundle.js")
@@ -141,7 +143,7 @@ class PuppeteerBundles:
         return [str(build.result())]
 
     async def wait(self) -> None:
-        """Wait for every build started so far (tests, and a clean stop)."""
+        """Wait for every build started so far (tests use it; executors never wait for a build)."""
         if self._builds:
             await asyncio.gather(*self._builds.values(), return_exceptions=True)
 
@@ -171,7 +173,9 @@ class PuppeteerBundles:
         if self._entries is None:
             self._entries = await asyncio.to_thread(entry_points, self.script_dirs)
         entries = self._entries
-        env = {**os.environ, "NODE_PATH": os.pathsep.join(node_path)}
+        # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH
+        clean = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV_KEYS and k != "NODE_PATH"}
+        env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}
         out = await _run([node, str(HELPER), "resolve", *entries], env, "resolving puppeteer-core")
         found = json.loads(out)
         if found is None:
@@ -181,7 +185,7 @@ class PuppeteerBundles:
             esbuild_path = await esbuild()
         except Exception as exc:  # BinaryUnavailable, ResolverUnreachable
             raise BundleError(f"esbuild unavailable: {exc}") from None
-        esbuild_version = (await _run([esbuild_path, "--version"], None, "esbuild --version")).strip()
+        esbuild_version = (await _run([esbuild_path, "--version"], clean, "esbuild --version")).strip()
         manifest = root / "package.json"
         identity = json.dumps(
             [LAYOUT, str(root), version, manifest.stat().st_mtime_ns, entries, esbuild_version], sort_keys=True
@@ -207,7 +211,7 @@ class PuppeteerBundles:
                     "--log-level=error",
                     f"--outfile={package / 'bundle.js'}",
                 ],
-                None,
+                clean,
                 "esbuild",
             )
             entry.unlink()
@@ -221,7 +225,7 @@ class PuppeteerBundles:
                 (package / file).write_text(source)
             await _run(
                 [node, str(HELPER), "check", str(staging / "node_modules"), str(root), *entries],
-                {k: v for k, v in os.environ.items() if k != "NODE_PATH"},
+                clean,
                 "checking the bundle",
             )
             for folder, _dirs, names in os.walk(staging):  # hooks may run as another user: readable by all
@@ -238,7 +242,7 @@ class PuppeteerBundles:
         return final
 
 
-async def _run(argv: list[str], env: dict[str, str] | None, what: str) -> str:
+async def _run(argv: list[str], env: dict[str, str], what: str) -> str:
     """Run ``argv``; its stdout. Raises ``BundleError`` (with the end of stderr) on failure."""
     try:
         proc = await asyncio.create_subprocess_exec(
