@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import psutil
 import pytest
@@ -57,28 +56,29 @@ def test_a_detached_program_leads_its_session_and_dies_with_its_parent(setpriv):
 TREE = textwrap.dedent(
     """
     import subprocess, sys, time
-    grandchild = "import time; b = b'x' * (48 << 20); time.sleep(120)"
-    child = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(120)"
-    subprocess.Popen([sys.executable, "-c", child])
+    grandchild = "import time; b = b'x' * (48 << 20); print('ready', flush=True); time.sleep(120)"
+    child = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {grandchild!r}], stdout=subprocess.PIPE, text=True); "
+        "print(p.stdout.readline().strip(), flush=True); time.sleep(120)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    print(p.stdout.readline().strip(), flush=True)
     time.sleep(120)
     """
 )
+"""Three generations; "ready" travels up once the grandchild holds its 48 MiB, so every process
+has finished starting (and stopped growing) before the test reads its memory."""
 
 
 @pytest.mark.parametrize("children_files", [True, False], ids=["proc-children", "psutil"])
 def test_tree_rss_counts_every_descendant(children_files, monkeypatch):
     monkeypatch.setattr(procutil, "_CHILDREN_FILES", children_files and procutil._CHILDREN_FILES)
-    root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
-    deadline = time.monotonic() + 60
+    root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
+        assert root.stdout.readline().strip() == "ready"  # EOF ("") if the tree failed to build
         tree = psutil.Process(root.pid)
-        while len(tree.children(recursive=True)) < 2:  # polled: the tree builds itself
-            assert root.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
-        grandchild = tree.children(recursive=True)[-1]
-        while grandchild.memory_info().rss < 48 << 20:  # its bytearray is in
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert len(tree.children(recursive=True)) == 2
         expected = sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)])
         got = procutil.tree_rss(root.pid)
         assert got > (48 << 20) + tree.memory_info().rss
@@ -86,4 +86,5 @@ def test_tree_rss_counts_every_descendant(children_files, monkeypatch):
     finally:
         os.killpg(root.pid, signal.SIGKILL)
         root.wait()
+        root.stdout.close()
     assert procutil.tree_rss(root.pid) == 0
