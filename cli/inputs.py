@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import msgspec
+if TYPE_CHECKING:
+    from boxcar.shared import importers
 
-from boxcar.shared import importers
-
+# The importers (feedparser, the CSV/HTML formats' compiled patterns) and msgspec are imported where
+# a file is read: together ~0.13 s of every ``boxcar`` start, which a ``boxcar add URL`` never needs.
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
@@ -39,6 +41,8 @@ def read_file(path: Path) -> bytes:
     Raises:
         InputFileError: unreadable, or a binary file.
     """
+    from boxcar.shared import importers
+
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -54,6 +58,8 @@ def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
     Raises:
         InputFileError: unreadable, binary, unknown ``format``, or no URL found.
     """
+    from boxcar.shared import importers
+
     data = read_file(path)
     try:
         result = importers.parse(data, format)
@@ -75,4 +81,6 @@ def entry_json(entry: importers.Entry) -> dict:
 
 
 def rejected_json(rejected: importers.Rejected) -> dict:
+    import msgspec
+
     return msgspec.to_builtins(rejected)
