@@ -3,6 +3,8 @@ Which binary a hook uses is the operator's choice (the environment), never a cra
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import select
 
 from boxcar.shared.db import Database
@@ -37,3 +39,27 @@ def test_resolved_binaries_are_recorded(pg_url, nats_url, make_stack, demo_site)
 
     [wget] = wait_until(recorded, 30, "the wget Binary row")
     assert wget.abspath and wget.version and wget.binprovider == "env" and wget.machine
+
+
+def test_the_warm_up_of_trafilaturas_interpreter_runs_clean_in_the_venv_boxcar_resolved(
+    sqlite_url, nats_url, make_stack, demo_site
+):
+    """The warm trafilatura interpreter runs ``SECOND_INTERPRETERS``' warm-up once before it forks
+    per page (a failing warm-up only costs speed, so the zygote would hide it): run it in the very
+    venv the resolver installed and check it loaded what the forks reuse."""
+    import subprocess
+
+    from boxcar.hook_executor.warm import SECOND_INTERPRETERS
+
+    stack = make_stack(sqlite_url, nats_url)
+    crawl_id = submit(stack, urls=[demo_site], plugins=["wget", "trafilatura"])
+    wait_sealed(stack, crawl_id, timeout=300)
+    with Database(sqlite_url).read() as s:
+        [abspath] = set(s.scalars(select(Binary.abspath).where(Binary.name == "trafilatura")))
+    python = Path(abspath).resolve().with_name("python")  # where the hook looks for it
+    preload, warmup = SECOND_INTERPRETERS["TRAFILATURA_BINARY"]
+    check = "import trafilatura.external as e, tld.utils as t; print(e.JT_STOPLIST is not None, bool(t.tld_names))"
+    code = f"import {', '.join(preload)}\n{warmup}\n{check}"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]  # the jusText stop words and the public suffix list

@@ -37,9 +37,22 @@ from boxcar.shared.plugins import Hook, PluginCatalog
 
 log = logging.getLogger(__name__)
 
-#: trafilatura's metadata step looks a page's host up in the public suffix list (courlan → tld),
-#: which the first look-up in a process reads and parses from tld's own copy: 70–90 ms, every page.
-_TRAFILATURA_WARMUP = "from tld import get_tld; get_tld('https://example.org/', fail_silently=True)"
+#: trafilatura's first extraction in a process loads what later ones reuse, and a fork of the warm
+#: interpreter would otherwise load it again for every page: the public suffix list (its metadata
+#: step looks a page's host up, courlan → tld: 70–90 ms) and, on a page with little text (its
+#: jusText rescue), the stop words of every jusText language (150–200 ms). So the warm-up runs the
+#: worker's own calls once on a short local page, as the hook's worker does (every output format).
+_TRAFILATURA_WARMUP = """
+from tld import get_tld
+from trafilatura.core import bare_extraction, determine_returnstring
+from trafilatura.settings import Extractor
+get_tld("https://example.org/", fail_silently=True)
+page = "<html><head><title>Warm</title></head><body><h1>Warm</h1><p>A short page.</p></body></html>"
+options = {"url": "https://example.org/", "with_metadata": True, "formatting": True}
+document = bare_extraction(page, options=Extractor(output_format="python", **options))
+for output_format in ("txt", "markdown", "html", "xml", "xmltei", "csv", "json"):
+    determine_returnstring(document, Extractor(output_format=output_format, **options))
+"""
 
 #: ``<NAME>_BINARY`` settings whose venv Python a hook starts itself: (what that Python imports,
 #: warm-up code on local input only).

@@ -132,8 +132,10 @@ class ZygoteServer:
             except Exception as exc:  # a module this interpreter lacks: the hooks import it themselves
                 log.debug("zygote could not preload %s: %s", name, exc)
         if self.warmup:  # a tool's first run, on local input only (what it compiles, its forks reuse)
-            with contextlib.suppress(BaseException):
+            try:
                 exec(compile(self.warmup, "<warmup>", "exec"), {"__name__": "__warmup__"})  # noqa: S102
+            except BaseException as exc:  # the forks still run the tool, only without what it had loaded
+                log.warning("zygote warm-up failed, its forks start cold: %s: %s", type(exc).__name__, exc)
         if self.configs:
             try:
                 from abx_plugins.plugins.base.utils import load_config
