@@ -123,15 +123,13 @@ class BoxcarClient:
         crawl_id: str,
         *,
         console: Console,
-        poll: float = 0.1,
-        max_poll: float = 1.0,
         timeout: float | None = None,
         on_tick=None,
     ) -> dict[str, Any]:
-        """Show live progress until the crawl is sealed and all its results are projected.
+        """Show live progress until the crawl is sealed and all its results are projected, polling
+        at ``poll_interval``'s pace.
 
         Args:
-            poll, max_poll: seconds between polls, at first and at most (``poll_interval``).
             on_tick: called once per poll (the CLI uses it to supervise an embedded stack).
 
         Returns:
@@ -170,7 +168,7 @@ class BoxcarClient:
                     raise TimeoutError(f"crawl {crawl_id} not sealed after {timeout:.0f}s (status {state['status']})")
                 if on_tick is not None:
                     on_tick()
-                time.sleep(poll_interval(time.monotonic() - started, poll, max_poll))
+                time.sleep(poll_interval(time.monotonic() - started))
 
 
 def poll_interval(elapsed: float, first: float = 0.1, most: float = 1.0) -> float:

@@ -3,6 +3,7 @@ Which binary a hook uses is the operator's choice (the environment), never a cra
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from sqlalchemy import select
@@ -47,8 +48,6 @@ def test_the_warm_up_of_trafilaturas_interpreter_runs_clean_in_the_venv_boxcar_r
     """The warm trafilatura interpreter runs ``SECOND_INTERPRETERS``' warm-up once before it forks
     per page (a failing warm-up only costs speed, so the zygote would hide it): run it in the very
     venv the resolver installed and check it loaded what the forks reuse."""
-    import subprocess
-
     from boxcar.hook_executor.warm import SECOND_INTERPRETERS
 
     stack = make_stack(sqlite_url, nats_url)
