@@ -23,6 +23,7 @@ from boxcar.ingest.server import server
 from boxcar.result_projector.projector import ResultProjector
 from boxcar.shared import telemetry
 from boxcar.shared.db import Database
+from boxcar.shared.procutil import limit_malloc_arenas
 from boxcar.shared.service import setup_logging
 from boxcar.shared.settings import get_settings
 
@@ -77,6 +78,7 @@ def cli() -> None:
     parser = argparse.ArgumentParser(prog="boxcar-allinone", description=__doc__)
     parser.add_argument("--families", default="", help="comma-separated executor families to run")
     args = parser.parse_args()
+    limit_malloc_arenas()
     asyncio.run(main([f for f in args.families.split(",") if f]))
 
 

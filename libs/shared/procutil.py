@@ -1,5 +1,5 @@
 """Child-process hygiene: children that die with their parent, in their own process group; the
-memory of a process tree."""
+memory of a process tree; a cap on glibc's malloc arenas for Boxcar's own long-lived processes."""
 
 from __future__ import annotations
 
@@ -29,6 +29,31 @@ def die_with_parent(sig: int = signal.SIGKILL):
             _libc.prctl(_PR_SET_PDEATHSIG, sig)
 
     return preexec
+
+
+#: glibc's ``mallopt`` parameter ``M_ARENA_MAX`` (malloc.h).
+_M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas(arenas: int = 2) -> bool:
+    """Cap this process's glibc malloc arenas at ``arenas`` (``mallopt(M_ARENA_MAX)``) unless
+    ``MALLOC_ARENA_MAX`` is set in the environment (glibc reads that itself; an operator's choice wins).
+
+    glibc gives threads their own arenas, up to 8 per core, and keeps what each arena once held:
+    a service whose threads come and go (``asyncio.to_thread``, SQLite's connection threads,
+    the egress proxy's thread per connection) ends up holding several half-empty heaps. Capped
+    at 2 — what gunicorn's and Heroku's guides recommend for Python servers — the egress proxy held
+    11 instead of 23 MiB at the peak of a 130-page crawl and the one-process stack 5 MiB less, at no
+    measurable cost in speed (bench/README). Call it first thing, before threads start. Only this
+    process: exec'd children (hooks) keep glibc's default; forked ones inherit it.
+
+    Returns:
+        True when the cap was set here; False where the environment sets it or there is no
+        glibc ``mallopt`` (musl, macOS).
+    """
+    if os.environ.get("MALLOC_ARENA_MAX") or _libc is None or not hasattr(_libc, "mallopt"):
+        return False
+    return bool(_libc.mallopt(_M_ARENA_MAX, arenas))
 
 
 #: util-linux's ``setpriv`` (``--pdeathsig``: util-linux ≥ 2.33), or None.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from boxcar.shared import telemetry
 from boxcar.shared.db import Database
+from boxcar.shared.procutil import limit_malloc_arenas
 from boxcar.shared.settings import Settings, get_settings
 
 MAX_LOG_MESSAGE = 4000  # characters of one log message; a traceback keeps its last lines
@@ -67,6 +68,7 @@ async def run_service(
         ``(settings, db, stopping)``: ``db`` is None without ``database``; ``stopping`` is a
         future resolved by SIGTERM/SIGINT.
     """
+    limit_malloc_arenas()  # before the tracer's and the thread pool's threads start
     setup_logging(name)
     telemetry.setup_tracing(name)
     settings = get_settings()

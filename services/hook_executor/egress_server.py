@@ -34,6 +34,9 @@ def bare_package(name: str) -> None:
 
 
 def main() -> None:
+    from boxcar.shared.procutil import limit_malloc_arenas
+
+    limit_malloc_arenas()  # a thread per connection (``--threaded``); the acceptor is a fork and inherits it
     bare_package("proxy")
     bare_package("proxy.plugin")  # its __init__ imports every bundled plugin (httpx among them)
     # proxy.py's flags are declared by the modules that use them; these declare the ones its

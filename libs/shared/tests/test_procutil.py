@@ -88,3 +88,54 @@ def test_tree_rss_counts_every_descendant(children_files, monkeypatch):
         root.wait()
         root.stdout.close()
     assert procutil.tree_rss(root.pid) == 0
+
+
+ARENAS = textwrap.dedent(
+    """
+    import ctypes, os, re, sys, tempfile, threading
+    from boxcar.shared.procutil import limit_malloc_arenas
+    capped = limit_malloc_arenas()
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.fopen.restype = ctypes.c_void_p
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    together = threading.Barrier(9)
+
+    def work():  # a thread's first malloc takes a new arena while glibc's cap allows one
+        libc.malloc(1000)
+        together.wait()  # every thread alive at once: none hands its arena back
+        together.wait()
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    together.wait()
+    path = tempfile.mktemp()
+    fp = libc.fopen(path.encode(), b"w")
+    libc.malloc_info(0, fp)
+    libc.fclose(fp)
+    together.wait()
+    for t in threads:
+        t.join()
+    print(capped, len(re.findall('<heap nr=', open(path).read())))
+    os.unlink(path)
+    """
+)
+
+
+@pytest.mark.parametrize("environ", [{}, {"MALLOC_ARENA_MAX": "4"}], ids=["capped", "operator-set"])
+def test_limit_malloc_arenas_caps_the_heaps_threads_get_unless_the_environment_says(environ):
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | environ
+    out = subprocess.run([sys.executable, "-c", ARENAS], env=env, capture_output=True, text=True, check=True)
+    capped, heaps = out.stdout.split()
+    # nine threads with a malloc each: glibc's default (8 per core) gives them their own heaps
+    assert (capped, int(heaps)) == (("True", 2) if not environ else ("False", 4))
+
+
+def test_without_the_cap_threads_get_heaps_of_their_own():
+    script = ARENAS.replace("capped = limit_malloc_arenas()", "capped = 'default'")
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    capped, heaps = out.stdout.split()
+    assert capped == "default" and int(heaps) >= 5, out.stdout  # what the cap is there to prevent
