@@ -254,6 +254,9 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
             if as_json:
                 click.echo(json.dumps({"crawl_id": crawl_id, "status": "queued"}))
             return
+        from boxcar.shared.procutil import release_free_memory
+
+        release_free_memory()  # what starting up left free, back to the kernel for the wait
         try:
             state = client.wait(crawl_id, console=err, timeout=timeout, on_tick=stack.supervise_once if stack else None)
         except TimeoutError as exc:
