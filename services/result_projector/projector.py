@@ -185,12 +185,16 @@ def upsert_binary(s: Session, b: BinaryRecord) -> None:
     )
 
 
-def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> None:
+def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> set[str]:
     """After new results: ``output_size`` = the sum of the results' sizes (bytes), ``domain`` (the
     URL's host name, for the list's filter) where it is not set yet, and a sealed snapshot's index
-    marked stale (``indexed_at`` NULL) so it is written again."""
+    marked stale (``indexed_at`` NULL) so it is written again.
+
+    Returns:
+        the ids of those sealed snapshots (the others have no index to rewrite yet).
+    """
     if not snapshot_ids:
-        return
+        return set()
     ids = list(snapshot_ids)
     total = (
         select(func.coalesce(func.sum(ArchiveResult.output_size), 0))
@@ -202,10 +206,13 @@ def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> None:
     s.execute(update(Snapshot).where(Snapshot.id.in_(ids)).values(output_size=total, modified_at=keep))
     for sid, url in s.execute(select(Snapshot.id, Snapshot.url).where(Snapshot.id.in_(ids), Snapshot.domain == "")):
         s.execute(update(Snapshot).where(Snapshot.id == sid).values(domain=url_domain(url), modified_at=keep))
-    s.execute(
-        update(Snapshot)
-        .where(Snapshot.id.in_(ids), Snapshot.status == Status.SEALED)
-        .values(indexed_at=None, modified_at=keep)
+    return set(
+        s.scalars(
+            update(Snapshot)
+            .where(Snapshot.id.in_(ids), Snapshot.status == Status.SEALED)
+            .values(indexed_at=None, modified_at=keep)
+            .returning(Snapshot.id)
+        )
     )
 
 
@@ -308,9 +315,10 @@ class ResultProjector:
         with self.db.write() as s:
             for subject, data in items:
                 project(s, subject, data, batch)
-            refresh_snapshots(s, batch.touched)
+            stale = refresh_snapshots(s, batch.touched)
         fulltext.index_snapshots(self.db, self.settings.data_dir, batch.searchable)
-        for snapshot_id in batch.sealed | batch.touched:
+        # a result of a snapshot still being archived changes no index.jsonl: only sealed ones
+        for snapshot_id in batch.sealed | stale:
             self.index(snapshot_id)
 
     def index(self, snapshot_id: str) -> bool:

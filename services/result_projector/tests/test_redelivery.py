@@ -10,7 +10,7 @@ import nats
 from sqlalchemy import func, select
 
 from boxcar.crawl_runner import queries as q
-from boxcar.result_projector.projector import ResultProjector
+from boxcar.result_projector.projector import ResultProjector, refresh_snapshots
 from boxcar.shared import bus
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db.models import STARTED, ArchiveResult, Binary, Crawl, Process, Snapshot
@@ -168,6 +168,30 @@ def test_fallbacks_never_replace_a_real_result_and_the_index_follows_the_rows(db
     lines = [json.loads(line) for line in (tmp_path / snap.output_dir / "index.jsonl").read_text().splitlines()]
     assert lines[0]["type"] == "Snapshot" and lines[0]["id"] == snapshot_id
     assert {(r["hook_name"], r["status"]) for r in lines[1:]} == {("h1", "succeeded"), ("h2", "failed")}
+
+
+def test_only_sealed_snapshots_are_marked_stale_and_reindexed(db, tmp_path):
+    sealed_id, archiving_id = _sealed_snapshot(db), _snapshot(db)
+    with db.write() as s:
+        assert refresh_snapshots(s, {sealed_id, archiving_id}) == {sealed_id}
+    projector = ResultProjector(Settings(data_dir=tmp_path), db)
+    results = [
+        ArchiveResultRecord(
+            id=new_id(),
+            snapshot_id=sid,
+            plugin="wget",
+            hook_name="h1",
+            status="succeeded",
+            output_str="wget/index.html",
+            start_ts=utcnow(),
+        )
+        for sid in (sealed_id, archiving_id)
+    ]
+    projector.apply([(bus.SUBJECT_ARCHIVERESULT, encode(r)) for r in results])
+    with db.read() as s:
+        sealed, archiving = s.get(Snapshot, sealed_id), s.get(Snapshot, archiving_id)
+    assert sealed.indexed_at is not None and (tmp_path / sealed.output_dir / "index.jsonl").is_file()
+    assert archiving.indexed_at is None and not (tmp_path / archiving.output_dir / "index.jsonl").exists()
 
 
 def test_a_failed_index_write_is_repaired_by_the_sweep(db, tmp_path):
