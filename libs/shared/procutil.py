@@ -44,10 +44,11 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     glibc gives threads their own arenas, up to 8 per core, and keeps what each arena once held:
     a service whose threads come and go (``asyncio.to_thread``, SQLite's connection threads,
     the egress proxy's thread per connection) ends up holding several half-empty heaps. Capped
-    at 2 — what gunicorn's and Heroku's guides recommend for Python servers — the egress proxy held
-    11 instead of 23 MiB at the peak of a 130-page crawl and the one-process stack 5 MiB less, at no
-    measurable cost in speed (bench/README). Call it first thing, before threads start. Only this
-    process: exec'd children (hooks) keep glibc's default; forked ones inherit it.
+    at 2 — what gunicorn's and Heroku's guides recommend for Python servers — the egress proxy's
+    forked acceptor held 12–14 instead of 17–23 MiB at the peak of a 130-page crawl and the
+    one-process stack ~7 MiB less, with no change in speed beyond run-to-run noise (README,
+    Performance). Call it first thing, before threads start. Only this process: exec'd children
+    (hooks) keep glibc's default; forked ones inherit it.
 
     Returns:
         True when the cap was set here; False where the environment sets it or there is no

@@ -111,7 +111,8 @@ ARENAS = textwrap.dedent(
     for t in threads:
         t.start()
     together.wait()
-    path = tempfile.mktemp()
+    handle, path = tempfile.mkstemp()
+    os.close(handle)
     fp = libc.fopen(path.encode(), b"w")
     libc.malloc_info(0, fp)
     libc.fclose(fp)
