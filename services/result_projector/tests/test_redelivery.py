@@ -136,10 +136,8 @@ def _sealed_snapshot(db) -> str:
     return snapshot_id
 
 
-def test_fallbacks_never_replace_a_real_result_and_the_index_follows_the_rows(db, tmp_path):
-    snapshot_id = _sealed_snapshot(db)
-    projector = ResultProjector(Settings(data_dir=tmp_path), db)
-    real = ArchiveResultRecord(
+def _wget_result(snapshot_id: str) -> ArchiveResultRecord:
+    return ArchiveResultRecord(
         id=new_id(),
         snapshot_id=snapshot_id,
         plugin="wget",
@@ -148,6 +146,12 @@ def test_fallbacks_never_replace_a_real_result_and_the_index_follows_the_rows(db
         output_str="wget/index.html",
         start_ts=utcnow(),
     )
+
+
+def test_fallbacks_never_replace_a_real_result_and_the_index_follows_the_rows(db, tmp_path):
+    snapshot_id = _sealed_snapshot(db)
+    projector = ResultProjector(Settings(data_dir=tmp_path), db)
+    real = _wget_result(snapshot_id)
     stand_in = ArchiveResultRecord.stand_in(
         snapshot_id=snapshot_id, crawl_id="", plugin="wget", hook_name="h1", status="failed", reason="task failed"
     )
@@ -175,19 +179,7 @@ def test_only_sealed_snapshots_are_marked_stale_and_reindexed(db, tmp_path):
     with db.write() as s:
         assert refresh_snapshots(s, {sealed_id, archiving_id}) == {sealed_id}
     projector = ResultProjector(Settings(data_dir=tmp_path), db)
-    results = [
-        ArchiveResultRecord(
-            id=new_id(),
-            snapshot_id=sid,
-            plugin="wget",
-            hook_name="h1",
-            status="succeeded",
-            output_str="wget/index.html",
-            start_ts=utcnow(),
-        )
-        for sid in (sealed_id, archiving_id)
-    ]
-    projector.apply([(bus.SUBJECT_ARCHIVERESULT, encode(r)) for r in results])
+    projector.apply([(bus.SUBJECT_ARCHIVERESULT, encode(_wget_result(sid))) for sid in (sealed_id, archiving_id)])
     with db.read() as s:
         sealed, archiving = s.get(Snapshot, sealed_id), s.get(Snapshot, archiving_id)
     assert sealed.indexed_at is not None and (tmp_path / sealed.output_dir / "index.jsonl").is_file()
