@@ -20,7 +20,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from boxcar.hook_executor.egress import EgressPolicy, EgressProxy
+from boxcar.hook_executor.egress import EgressProxy
+from boxcar.shared.egress import EgressPolicy
 
 
 class SplitWrites(BaseHTTPRequestHandler):

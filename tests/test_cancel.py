@@ -69,7 +69,7 @@ def test_cancel_kills_hooks_seals_everything_and_nothing_runs_after_a_restart(
             )
         assert not after, (
             f"hooks started after the cancel at {crawl.cancelled_at}: "
-            f"{[(p.hook_name, f"{p.started_at}") for p in after]}"
+            f"{[(p.hook_name, f'{p.started_at}') for p in after]}"
         )
         hits_before = sum(site.hits[f"/hang/{i}"] for i in range(4))
         processes_before = len(results)

@@ -284,6 +284,12 @@ class Settings(BaseSettings):
         return value.expanduser().resolve()
 
     @property
+    def runtime_ports_dir(self) -> Path:
+        """Where this machine's processes register the ports they open at run time
+        (``boxcar.shared.egress.RuntimePorts``): ``DATA_DIR/tmp/<MACHINE_NAME>/ports``."""
+        return self.data_dir / "tmp" / self.machine_name / "ports"
+
+    @property
     def lib_dir(self) -> Path:
         """``ABXPKG_LIB_DIR``: where the binary-resolver installs and projects binaries."""
         return (self.abxpkg_lib_dir or self.data_dir / "lib").expanduser().resolve()

@@ -27,6 +27,27 @@ from urllib.parse import urlsplit
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 MAX_HOST_COMPONENT = 120
 
+#: Files a plugin writes into a snapshot dir for the executor's own use while a task runs, never
+#: an archived artifact: the chrome plugin's browser session markers. ``cdp_url.txt`` (and
+#: ``browser.json``) hold the browser's DevTools address, which must never reach a page or a
+#: reader; the executor deletes them when the task ends and the archive never serves them.
+EXECUTOR_INTERNAL_FILES: dict[str, frozenset[str]] = {
+    "chrome": frozenset({"cdp_url.txt", "browser.json", "chrome.pid", "target_id.txt", ".target.lock"}),
+}
+
+
+def remove_executor_internal(snap_dir: Path) -> None:
+    """Delete ``EXECUTOR_INTERNAL_FILES`` from a snapshot dir (its task has ended)."""
+    for plugin, names in EXECUTOR_INTERNAL_FILES.items():
+        for name in names:
+            (snap_dir / plugin / name).unlink(missing_ok=True)
+
+
+def is_executor_internal(relpath: str) -> bool:
+    """True for ``<plugin>/<name>`` (relative to a snapshot dir) in ``EXECUTOR_INTERNAL_FILES``."""
+    plugin, _, name = relpath.replace("\\", "/").strip("/").partition("/")
+    return name in EXECUTOR_INTERNAL_FILES.get(plugin, ())
+
 
 def host_component(url: str) -> str:
     """Return the ``<host>`` path component for a URL: ``host`` or ``host_port``, sanitised.

@@ -1,7 +1,9 @@
 """Feed subscriptions: polling due CrawlSchedules and turning new items into crawls.
 
 A schedule is claimed like any other row (conditional update, lease on ``retry_at``). Its feed is
-fetched with conditional GET (``If-None-Match``/``If-Modified-Since`` from the last response),
+fetched with conditional GET (``If-None-Match``/``If-Modified-Since`` from the last response)
+under the egress policy hooks fetch under (``boxcar.shared.fetch.policy_client``: every address and
+every redirect checked, so a feed never reaches the stack's own services or cloud metadata),
 within ``FEED_FETCH_TIMEOUT`` seconds in all (a server that drips a byte at a time cannot hold a
 poll) and at most ``MAX_FEED_BYTES``; up to ``FEED_POLL_CONCURRENCY`` feeds are fetched at once,
 so one slow feed never holds up the others. Relative item links are resolved against the feed's
@@ -33,6 +35,8 @@ from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import CrawlConfig
 from boxcar.shared.db import insert_seeds
 from boxcar.shared.db.models import Crawl, CrawlSchedule
+from boxcar.shared.egress import EgressPolicy
+from boxcar.shared.fetch import policy_client
 from boxcar.shared.messages import Seed
 from boxcar.shared.schedules import backoff, next_run
 
@@ -148,7 +152,8 @@ class FeedPoller:
         """Poll due feeds until ``stop``; polls in flight are cancelled at shutdown (their leases
         expire and another replica polls again)."""
         timeout = httpx.Timeout(20.0, connect=10.0)
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=True, max_redirects=10) as http:
+        policy = EgressPolicy.from_settings(self.settings)  # the hooks' policy, for every address and redirect
+        async with policy_client(policy, timeout=timeout, follow_redirects=True, max_redirects=10) as http:
             self.http = http
             try:
                 while not stop.is_set():

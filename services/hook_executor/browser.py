@@ -16,19 +16,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.reaper import BROWSER_ENV, kill_all, processes_with
+from boxcar.shared.egress import RuntimePorts
 from boxcar.shared.plugins import Hook, PluginCatalog
 from boxcar.shared.procutil import tree_rss
 
 log = logging.getLogger(__name__)
+
+
+#: Chromium flags Boxcar never passes, whoever set them, and why: abx-plugins' default
+#: ``CHROME_ARGS`` holds ``--remote-allow-origins=*``, which lets a WebSocket from *any* web page
+#: drive the browser over DevTools (read files, open tabs on the stack's own services). Pages'
+#: WebSockets always send an ``Origin`` header; puppeteer's connection sends none, so the hooks
+#: need no allowed origin at all.
+REFUSED_CHROME_FLAGS = ("--remote-allow-origins",)
+
+
+def launch_args(hook_env: dict[str, str], extra: list[str]) -> dict[str, str]:
+    """``CHROME_ARGS`` and ``CHROME_ARGS_EXTRA`` (JSON lists, as the launch hook reads them) from
+    ``hook_env`` without ``REFUSED_CHROME_FLAGS``, with ``extra`` appended to the latter.
+
+    Raises:
+        ValueError: one of them is not a JSON list of strings.
+    """
+    out = {}
+    for key, more in (("CHROME_ARGS", []), ("CHROME_ARGS_EXTRA", extra)):
+        args = json.loads(hook_env.get(key) or "[]")
+        if not isinstance(args, list):
+            raise ValueError(f"{key} must be a JSON list of flags")
+        kept = [str(a) for a in args if str(a).split("=", 1)[0] not in REFUSED_CHROME_FLAGS]
+        out[key] = json.dumps([*kept, *more])
+    return out
 
 
 class BrowserUnavailable(Exception):
@@ -45,6 +73,8 @@ class BrowserSession:
             extra_env) -> HookProcess`` (the executor's environment, binaries and timeouts).
         recycle_after: snapshots per browser before it is replaced (0 = never).
         memory_limit: bytes of RSS (browser + children) past which it is replaced (0 = no limit).
+        ports: where the browser's DevTools port is registered, so that the egress policy refuses
+            it to every page (``boxcar.shared.egress.RuntimePorts``; None: not registered).
     """
 
     def __init__(
@@ -56,6 +86,7 @@ class BrowserSession:
         *,
         recycle_after: int = 50,
         memory_limit: int = 0,
+        ports: RuntimePorts | None = None,
     ) -> None:
         self.root = root
         self.worker_id = worker_id
@@ -70,6 +101,8 @@ class BrowserSession:
         self.crawl_dir: Path | None = None
         self.uses = 0
         self.in_use = 0
+        self.ports = ports
+        self._registered: Path | None = None
         self._draining = False
         self._cond = asyncio.Condition()
 
@@ -158,9 +191,26 @@ class BrowserSession:
         if waiter.exit_code != 0:
             await self._stop()
             raise BrowserUnavailable(f"chromium started but did not answer: {waiter.stderr_tail(1500).strip()}")
-        log.info("browser %s up (pid %s, %s)", self.browser_id, self._chrome_pid(), self.crawl_dir)
+        port = self.devtools_port()
+        if self.ports is not None and port:
+            self._registered = self.ports.register(f"devtools-{port}", port, self._chrome_pid())
+        log.info(
+            "browser %s up (pid %s, DevTools port %s, %s)", self.browser_id, self._chrome_pid(), port, self.crawl_dir
+        )
+
+    def devtools_port(self) -> int:
+        """The port the browser's DevTools listens on (from the launch hook's ``cdp_url.txt``), 0
+        when unknown."""
+        try:
+            url = (self.crawl_dir / "chrome" / "cdp_url.txt").read_text().strip()
+            return urlsplit(url).port or 0
+        except (OSError, ValueError, TypeError):
+            return 0
 
     async def _stop(self) -> None:
+        if self._registered is not None:
+            RuntimePorts.unregister(self._registered)
+            self._registered = None
         if self.launcher is not None:
             await self.launcher.stop()  # SIGTERM: the launch hook closes Chromium, then exits
             self.launcher = None

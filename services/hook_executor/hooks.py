@@ -29,7 +29,7 @@ from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, OutputFile, ProcessRecord, Seed
 from boxcar.shared.plugins import Hook
 from boxcar.shared.procutil import detached, tree_rss
-from boxcar.shared.storage import display_path
+from boxcar.shared.storage import display_path, is_executor_internal
 from boxcar.shared.urls import InvalidURL
 
 log = logging.getLogger(__name__)
@@ -406,7 +406,7 @@ class HookProcess:
         return {
             rel: OutputFile(size=meta[0], mimetype=mimetypes.guess_type(rel)[0] or "application/octet-stream")
             for rel, meta in sorted(after.items())
-            if self._files_before.get(rel) != meta
+            if self._files_before.get(rel) != meta and not is_executor_internal(f"{self.hook.plugin}/{rel}")
         }
 
     def discovered(self) -> list[Seed]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import shutil
 import time
@@ -34,22 +33,24 @@ from pathlib import Path
 import msgspec
 from nats.js import JetStreamContext
 
-from boxcar.hook_executor import documents, egress, media, responses
+from boxcar.hook_executor import documents, media, responses
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
-from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable
+from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable, launch_args
 from boxcar.hook_executor.cancellations import Cancellations
-from boxcar.hook_executor.egress import EgressPolicy, EgressProxy, chrome_proxy_args
+from boxcar.hook_executor.egress import EgressProxy, chrome_proxy_args
 from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, telemetry
 from boxcar.shared.binaries import ESBUILD
 from boxcar.shared.clock import utcnow
+from boxcar.shared.egress import EgressPolicy, RuntimePorts, url_refusal
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ArchiveResultRecord, HookTask, ProcessRecord, TaskCompleted, TaskStarted, encode
 from boxcar.shared.plugins import Hook, PluginCatalog
 from boxcar.shared.secrets import SecretUnavailable
 from boxcar.shared.settings import Settings
+from boxcar.shared.storage import remove_executor_internal
 from boxcar.shared.urls import strip_userinfo
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class TaskExecutor:
                 self._crawl_setup_process,
                 recycle_after=settings.browser_recycle_after,
                 memory_limit=settings.browser_memory_limit,
+                ports=RuntimePorts(settings.runtime_ports_dir),
             )
             if "chrome" in catalog
             else None
@@ -185,9 +187,7 @@ class TaskExecutor:
             raise BrowserUnavailable(str(exc)) from None
         hook_env = {**env.hook_env(hook, binary_env, {"worker_id": self.worker_id}), **extra_env}
         proxy = await asyncio.to_thread(self.proxy_url)
-        if proxy:
-            extra_args = json.loads(hook_env.get("CHROME_ARGS_EXTRA") or "[]")
-            hook_env["CHROME_ARGS_EXTRA"] = json.dumps([*extra_args, *chrome_proxy_args(proxy)])
+        hook_env.update(launch_args(hook_env, chrome_proxy_args(proxy) if proxy else []))
         return HookProcess(
             hook,
             env.argv(hook, hook_env, ["--url=about:blank"]),
@@ -233,7 +233,7 @@ class TaskRun:
     async def run(self) -> TaskCompleted:
         task = self.task
         hooks = self.x.catalog.snapshot_hooks(task.plugins)
-        refusal = await asyncio.to_thread(egress.url_refusal, self.x.policy, task.url)
+        refusal = await asyncio.to_thread(url_refusal, self.x.policy, task.url)
         if refusal:  # the page itself may not be fetched: say so once per hook, run nothing
             for hook in hooks:
                 await self.x.publish_result(_result(task, hook, "skipped", refusal))
@@ -267,6 +267,7 @@ class TaskRun:
         finally:
             await asyncio.shield(self._reap())
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            remove_executor_internal(self.snap_dir)  # the browser's DevTools address, among others
             if env.secrets:
                 await asyncio.to_thread(env.scrub, self.snap_dir, began)
         self._page_response()

@@ -32,6 +32,7 @@ from sqlalchemy import select
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Snapshot
 from boxcar.shared.settings import Settings
+from boxcar.shared.storage import is_executor_internal
 
 SNAPSHOT_ID = re.compile(r"^[0-9a-f]{32}$")
 POLICIES = {
@@ -88,6 +89,8 @@ class ArchiveFiles:
         parts = path.split("/")
         if any(p in ("", ".", "..") or p.startswith(".") or "\x00" in p or "\\" in p for p in parts):
             return None
+        if is_executor_internal(path):
+            return None  # the browser's DevTools address and other executor state: never served
         root = self.snapshot_dir(snapshot_id)
         if root is None:
             return None
@@ -98,6 +101,8 @@ class ArchiveFiles:
             return None
         if not resolved.is_relative_to(root):
             return None  # a symlink (or a resolved ..) pointing out of the snapshot
+        if is_executor_internal(resolved.relative_to(root).as_posix()):
+            return None  # ... or at an executor-internal file
         if resolved.is_dir():
             resolved = resolved / "index.html"
             if not resolved.is_file() or resolved.is_symlink():

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from urllib.parse import quote, urlsplit
 
+from boxcar.shared.egress import RuntimePorts
+from boxcar.shared.urls import canonicalize
 from tests.fault_site import FaultSite
-from tests.helpers import api, submit, wait_sealed
+from tests.helpers import api, submit, wait_sealed, wait_until
+from tests.listeners import CountingListener
 
 
 def results_by_url(stack, crawl_id: str) -> dict[str, list[dict]]:
@@ -42,3 +45,48 @@ def test_the_stacks_own_services_are_refused_even_on_a_lan_and_after_a_redirect(
         assert via_redirect["status"] != "succeeded" and site.hits["/redirect-to"] == 1
         [fine] = results[site.url("/items/fine.html")]
         assert fine["status"] == "succeeded"
+
+
+#: a spread of "this host" spellings for the end-to-end runs (every spelling is checked against the
+#: policy function and both enforcement points in libs/shared/tests/test_egress.py)
+E2E_SPELLINGS = ["0", "0.0.0.0", "[::]", "[::ffff:0:0]", "127.1", "[::ffff:127.0.0.1]", "[64:ff9b::127.0.0.1]"]
+
+
+def test_crawls_and_feeds_of_this_host_in_any_spelling_never_reach_the_stack(sqlite_url, nats_url, make_stack):
+    """Listeners stand in for NATS, the API and a browser's DevTools port (the first two named in
+    ``EGRESS_SERVICES`` as the stack's own, the third registered at run time as a browser does);
+    a crawl and a feed subscription of each spelling, directly and through a redirect, on a LAN
+    stack (``URL_ALLOW_PRIVATE=true``), never connect to any of them."""
+    listeners = {name: CountingListener() for name in ("nats", "api", "devtools")}
+    services = ",".join(f"127.0.0.1:{listeners[n].port}" for n in ("nats", "api"))
+    try:
+        with FaultSite() as site:
+            env = {"EGRESS_SERVICES": services, "MAX_URL_ATTEMPTS": "1"}
+            stack = make_stack(sqlite_url, nats_url, families=["fetch"], env=env)
+            RuntimePorts(stack.settings.runtime_ports_dir).register("devtools", listeners["devtools"].port)
+            targets = [canonicalize(f"http://{h}:{lsn.port}/") for lsn in listeners.values() for h in E2E_SPELLINGS]
+            redirects = [site.url("/redirect-to?u=" + quote(t, safe="")) for t in targets]
+            client = api(stack)
+            crawl_id = submit(stack, urls=targets + redirects, plugins=["wget"])
+            feed_ids = [
+                client.post("/api/v1/feeds", json={"url": url, "schedule": "daily"}).json()["id"]
+                for url in targets + redirects
+            ]
+            wait_sealed(stack, crawl_id, timeout=180)
+
+            def feeds_failed():
+                feeds = [client.get(f"/api/v1/feeds/{i}").json() for i in feed_ids]
+                return feeds if all(f["failures"] for f in feeds) else None
+
+            feeds = wait_until(feeds_failed, 120, "every hostile feed's first poll")
+            results = results_by_url(stack, crawl_id)
+        for url in targets:
+            assert all(r["status"] == "skipped" and "Boxcar's own services" in r["output_str"] for r in results[url])
+        for url in redirects:
+            assert all(r["status"] != "succeeded" for r in results[url]), results[url]
+        assert all("refused by the egress policy" in f["last_error"] for f in feeds), [f["last_error"] for f in feeds]
+        assert site.hits["/redirect-to"] >= len(redirects)  # the redirecting page itself was fetched
+        assert {n: lsn.connections for n, lsn in listeners.items()} == dict.fromkeys(listeners, 0)
+    finally:
+        for listener in listeners.values():
+            listener.close()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from boxcar.hook_executor.egress import EgressPolicy, EgressProxy
+from boxcar.hook_executor.egress import EgressProxy
+from boxcar.shared.egress import EgressPolicy
 
 
 class SplitWrites(BaseHTTPRequestHandler):
@@ -39,7 +42,8 @@ def origin():
 
 
 def proxied_get(proxy: EgressProxy, port: int, paths: list[str]) -> list[tuple[int, bytes]]:
-    """GET each path of ``127.0.0.1:port`` through ``proxy``, one keep-alive connection."""
+    """GET each path of ``127.0.0.1:port`` through ``proxy`` as a client reusing its connection
+    would (``http.client`` opens a new one after a ``Connection: close`` response)."""
     conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
     out = []
     try:
@@ -71,7 +75,7 @@ def test_the_proxy_process_leaves_proxy_py_s_test_helpers_and_plugins_unimported
     assert not modules & {"httpx", "proxy.testing", "proxy.plugin.cloudflare_dns"}, sorted(modules)
 
 
-def test_the_proxy_forwards_many_responses_on_one_connection_and_refuses_private_addresses(tmp_path, origin):
+def test_the_proxy_forwards_many_responses_and_refuses_private_addresses(tmp_path, origin):
     allowed = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "allowed")
     refusing = EgressProxy(EgressPolicy(allow_private=False), tmp_path / "refusing")
     allowed.start()
@@ -85,3 +89,65 @@ def test_the_proxy_forwards_many_responses_on_one_connection_and_refuses_private
     finally:
         allowed.stop()
         refusing.stop()
+
+
+@pytest.fixture
+def two_origins():
+    class Named(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            body = f"{self.server.name} {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    servers = []
+    for name in ("first", "second"):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Named)
+        server.name = name
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    yield [s.server_address[1] for s in servers]
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_request_for_another_host_is_never_answered_by_the_first_host(tmp_path, two_origins):
+    """wget and Chromium reuse one proxy connection across hosts; proxy.py alone would send the
+    second host's request to the first host's upstream (a cross-host redirect captured from the
+    wrong server). Each response says ``Connection: close``, and a second host on the same
+    connection is refused, never answered by the first."""
+    first, second = two_origins
+    proxy = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "egress")
+    proxy.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        conn.request("GET", f"http://127.0.0.1:{first}/a")
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (200, b"first /a")
+        assert response.getheader("Connection", "").lower() == "close"  # so clients reconnect
+        # http.client honours it: its next request (another host) goes on a new connection
+        conn.request("GET", f"http://127.0.0.1:{second}/b")
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (200, b"second /b")
+        conn.close()
+        # a client that ignores it and sends its next request on the same connection anyway is
+        # refused or finds the connection closed: it is never answered by the first host
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as raw:
+            raw.sendall(f"GET http://127.0.0.1:{first}/a HTTP/1.1\r\nHost: 127.0.0.1:{first}\r\n\r\n".encode())
+            answer = b""
+            while b"first /a" not in answer:
+                answer += raw.recv(65536)
+            with contextlib.suppress(OSError):
+                raw.sendall(f"GET http://127.0.0.1:{second}/b HTTP/1.1\r\nHost: 127.0.0.1:{second}\r\n\r\n".encode())
+                while chunk := raw.recv(65536):
+                    answer += chunk
+        assert answer.count(b"first") == 1 and b"second" not in answer, answer
+    finally:
+        proxy.stop()

@@ -118,7 +118,9 @@ def upgrade() -> None:
     with op.batch_alter_table("snapshot") as batch:
         batch.add_column(sa.Column("domain", sa.String(length=255), server_default="", nullable=False))
     conn = op.get_bind()
-    snapshot = sa.table("snapshot", sa.column("id", sa.String), sa.column("url", sa.Text), sa.column("domain", sa.String))
+    snapshot = sa.table(
+        "snapshot", sa.column("id", sa.String), sa.column("url", sa.Text), sa.column("domain", sa.String)
+    )
     rows = conn.execute(sa.select(snapshot.c.id, snapshot.c.url)).all()
     for start in range(0, len(rows), 1000):
         conn.execute(

@@ -1,4 +1,4 @@
-"""``python -m boxcar.hook_executor.egress_server ARGS``: proxy.py's command line (``python -m
+"""``python -m boxcar.hook_executor.egress.server ARGS``: proxy.py's command line (``python -m
 proxy ARGS``), without the ``proxy`` package's ``__init__``.
 
 That ``__init__`` imports proxy.py's unit-testing helpers and, through them, every bundled plugin
