@@ -36,9 +36,10 @@ def test_cancel_kills_hooks_seals_everything_and_nothing_runs_after_a_restart(
 ):
     db = Database(sqlite_url)
     with FaultSite() as site:
-        stack = make_stack(sqlite_url, nats_url, families=["fetch", "extract", "index"])
+        # hooks that would hang for 10 minutes (the operator's TIMEOUT: a crawl may only lower it)
+        stack = make_stack(sqlite_url, nats_url, families=["fetch", "extract", "index"], env={"TIMEOUT": "600"})
         hanging = [site.url(f"/hang/{i}") for i in range(4)]
-        crawl_id = submit(stack, urls=hanging, plugins=PLUGINS, config={"TIMEOUT": 600})
+        crawl_id = submit(stack, urls=hanging, plugins=PLUGINS)
         wait_until(lambda: sum(site.hits[f"/hang/{i}"] for i in range(4)) >= 1, 120, "a hook fetching a hanging page")
         wait_until(lambda: hook_processes(crawl_id), 30, "the crawl's hooks to run")
 

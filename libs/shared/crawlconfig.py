@@ -53,25 +53,49 @@ class ConfigError(ValueError):
 
 
 class CrawlSetting(msgspec.Struct, frozen=True):
-    """One of Boxcar's own per-crawl settings: its kind and what it means (for the README)."""
+    """One of Boxcar's own per-crawl settings: its kind and what it means (for the README).
 
-    kind: str  # "bool" | "int" | "text" | "regex"
+    ``limit``: the operator's value is a ceiling a crawl may only lower; ``zero_is_unlimited``:
+    0 means "no limit" (so a crawl may not set 0 under an operator's non-zero value)."""
+
+    kind: str  # "bool" | "int" | "bytes" | "regex"
     description: str
     minimum: int = 0
     maximum: int = 2**31
+    limit: bool = False
+    zero_is_unlimited: bool = False
 
 
 #: Boxcar's per-crawl settings (ArchiveBox's names), always stored with their effective value.
 CRAWL_SETTINGS: dict[str, CrawlSetting] = {
-    "CRAWL_MAX_URLS": CrawlSetting("int", "snapshots per crawl (0 = no limit)", 0, 10_000_000),
-    "CRAWL_MAX_CONCURRENT_SNAPSHOTS": CrawlSetting("int", "snapshots of one crawl in flight at once", 1, 1024),
+    "CRAWL_MAX_URLS": CrawlSetting(
+        "int", "snapshots per crawl (0 = no limit)", 0, 10_000_000, limit=True, zero_is_unlimited=True
+    ),
+    "CRAWL_MAX_CONCURRENT_SNAPSHOTS": CrawlSetting(
+        "int", "snapshots of one crawl in flight at once", 1, 1024, limit=True
+    ),
     "ONLY_NEW": CrawlSetting("bool", "skip URLs some crawl archived before"),
     "URL_ALLOWLIST": CrawlSetting("regex", "only archive URLs matching"),
     "URL_DENYLIST": CrawlSetting("regex", "never archive URLs matching"),
-    "MAX_URL_ATTEMPTS": CrawlSetting("int", "captures of a URL that answers 429/5xx or fails to connect", 1, 20),
-    "SNAPSHOT_MAX_SIZE": CrawlSetting("bytes", "bytes one hook may write for a snapshot (0 = no limit)", 0, 2**50),
-    "CRAWL_TIMEOUT": CrawlSetting("int", "seconds a crawl may run before it is stopped (0 = no limit)", 0, 10**9),
+    "MAX_URL_ATTEMPTS": CrawlSetting(
+        "int", "captures of a URL that answers 429/5xx or fails to connect", 1, 20, limit=True
+    ),
+    "SNAPSHOT_MAX_SIZE": CrawlSetting(
+        "bytes", "bytes one hook may write for a snapshot (0 = no limit)", 0, 2**50, limit=True, zero_is_unlimited=True
+    ),
+    "CRAWL_TIMEOUT": CrawlSetting(
+        "int",
+        "seconds a crawl may run before it is stopped (0 = no limit)",
+        0,
+        10**9,
+        limit=True,
+        zero_is_unlimited=True,
+    ),
 }
+
+#: Hard bounds whatever the operator says: a screenshot or PDF viewport (pixels, width and
+#: height; Chromium's largest texture is 16384).
+MAX_RESOLUTION = (16384, 16384)
 
 
 def parse_size(text: str) -> int:
@@ -134,11 +158,14 @@ class CrawlConfig(msgspec.Struct, frozen=True):
             canonical = keys.canonical(key)
             if canonical and canonical not in CRAWL_SETTINGS:
                 values[canonical] = raw  # the operator's own value, trusted as the hooks read it
+        operator = _OperatorLimits(catalog, keys, values, settings)
         for key, raw in (overrides or {}).items():
             canonical = keys.canonical(str(key))
             if canonical is None:
                 raise ConfigError(str(key)[:80], keys.refusal(str(key)))
-            values[canonical] = keys.check(canonical, raw, settings)
+            value = keys.check(canonical, raw, settings)
+            operator.check(canonical, value)
+            values[canonical] = value
         return cls(values)
 
     # ------------------------------------------------------------------ reading
@@ -281,7 +308,7 @@ class _AllowList:
             try:
                 UrlFilter(text) if key == "URL_ALLOWLIST" else UrlFilter("", text)
             except ValueError as exc:
-                raise ConfigError(key, str(exc)) from None
+                raise ConfigError(key, str(exc).removeprefix(f"{key}: ")) from None
             return text
         if kind == "resolution" and not _RESOLUTION.match(text.strip()):
             raise ConfigError(key, f"expected WIDTH,HEIGHT like 1440,2000, got {text[:40]!r}")
@@ -290,6 +317,67 @@ class _AllowList:
         if kind == "cookies":
             return _cookie_file(key, text.strip(), settings)
         return text
+
+
+class _OperatorLimits:
+    """The operator's limits as ceilings for a crawl's overrides: a crawl may lower them, never
+    raise them (nor lift them with 0 where 0 means "no limit").
+
+    Boxcar's own limits (``CrawlSetting.limit``) are compared with the operator's value; a
+    plugin's timeout, media size limit and viewport with the operator's effective value of that
+    key (their environment, else abx-plugins' default); the generic ``TIMEOUT``,
+    ``MEDIA_MAX_SIZE`` with the operator's own value of that key; a viewport (``RESOLUTION``,
+    ``<PLUGIN>_RESOLUTION``) with the operator's own value of it or of ``RESOLUTION``, else
+    ``MAX_RESOLUTION``.
+    """
+
+    def __init__(self, catalog: PluginCatalog, keys: _AllowList, operator: Mapping[str, str], settings: Settings):
+        self.catalog = catalog
+        self.keys = keys
+        self.operator = dict(operator)
+        self.settings = settings
+        self._resolved: dict[str, Any] | None = None
+
+    def check(self, key: str, value: str) -> None:
+        """Raises ``ConfigError`` when ``value`` would raise the operator's limit for ``key``."""
+        spec = CRAWL_SETTINGS.get(key)
+        if spec is not None:
+            if spec.limit:
+                self._at_most(key, int(value), int(self.operator[key]), spec.zero_is_unlimited)
+            return
+        if key == "TIMEOUT" or key.endswith("_TIMEOUT"):
+            ceiling = self.settings.timeout if key == "TIMEOUT" else self._effective(key)
+            if ceiling is not None:
+                self._at_most(key, int(value), int(ceiling), False, "seconds")
+        elif key.endswith("MAX_SIZE"):
+            ceiling = self._effective(key) if key != "MEDIA_MAX_SIZE" else self._effective("YTDLP_MAX_SIZE")
+            if ceiling is not None:
+                self._at_most(key, parse_size(value), parse_size(str(ceiling)), False, "bytes")
+        elif key.endswith("RESOLUTION"):
+            own = self.operator.get(key) or self.operator.get("RESOLUTION")
+            width, height = (int(n) for n in value.split(","))
+            limit = tuple(int(n) for n in own.split(",")) if own and _RESOLUTION.match(own) else None
+            ceiling = limit or MAX_RESOLUTION
+            if width > ceiling[0] or height > ceiling[1]:
+                whose = "the operator's" if limit else "the largest"
+                raise ConfigError(key, f"may not exceed {whose} {ceiling[0]},{ceiling[1]}")
+
+    def _at_most(self, key: str, value: int, ceiling: int, zero_is_unlimited: bool, unit: str = "") -> None:
+        if zero_is_unlimited and ceiling == 0:
+            return  # the operator set no limit
+        unit = f" {unit}" if unit else ""
+        if zero_is_unlimited and value == 0:
+            raise ConfigError(key, f"0 (no limit) would lift the operator's limit of {ceiling}{unit}")
+        if value > ceiling:
+            raise ConfigError(key, f"may only lower the operator's limit of {ceiling}{unit}")
+
+    def _effective(self, key: str) -> Any:
+        """The operator's value of a plugin ``key`` as its hooks would resolve it (None: unknown)."""
+        if self._resolved is None:
+            environ = {k: v for k, v in self.operator.items() if k not in CRAWL_SETTINGS}
+            sections = self.catalog.resolve_config(list(self.catalog.plugins), environ)
+            self._resolved = {k: v for section in sections.values() for k, v in section.items()}
+        return self.operator.get(key) or self._resolved.get(key)
 
 
 def _allowed_plugin_key(key: str, prop: Mapping[str, Any]) -> bool:

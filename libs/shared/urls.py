@@ -156,21 +156,47 @@ def _canonical_host(url: str, parts) -> str:
 
 _DOMAIN = re.compile(r"^(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)+$", re.IGNORECASE)
 
+#: Limits on a URL filter setting: patterns in one setting, characters in one pattern, and the
+#: memory RE2 may use to compile one (a pattern needing more is refused, not run slowly).
+MAX_PATTERNS = 200
+MAX_PATTERN_LENGTH = 2048
+MAX_PATTERN_MEMORY = 4 * 1024 * 1024
 
-def _patterns(value: str) -> list[str]:
-    """A filter setting as patterns: a JSON list, a comma-separated list of domains, or one regex."""
+
+def _patterns(setting: str, value: str) -> list[str]:
+    """A filter setting as patterns: a JSON list, a comma-separated list of domains, or one regex.
+
+    Raises:
+        ValueError: more than ``MAX_PATTERNS`` patterns, or one longer than ``MAX_PATTERN_LENGTH``.
+    """
     value = (value or "").strip()
     if not value:
         return []
+    patterns = [value]
     if value.startswith("["):
         try:
-            return [str(p) for p in json.loads(value) if str(p).strip()]
-        except ValueError:
+            patterns = [str(p) for p in json.loads(value) if str(p).strip()]
+        except (ValueError, TypeError):
             pass
-    parts = [p.strip() for p in value.split(",")]
-    if all(_DOMAIN.match(p) for p in parts):
-        return parts
-    return [value]
+    else:
+        parts = [p.strip() for p in value.split(",")]
+        if all(_DOMAIN.match(p) for p in parts):
+            patterns = parts
+    if len(patterns) > MAX_PATTERNS:
+        raise ValueError(f"{setting}: more than {MAX_PATTERNS} patterns")
+    if any(len(p) > MAX_PATTERN_LENGTH for p in patterns):
+        raise ValueError(f"{setting}: a pattern longer than {MAX_PATTERN_LENGTH} characters")
+    return patterns
+
+
+def _re2_options():
+    import re2
+
+    options = re2.Options()
+    options.case_sensitive = False
+    options.max_mem = MAX_PATTERN_MEMORY
+    options.log_errors = False
+    return options
 
 
 class UrlFilter:
@@ -178,13 +204,20 @@ class UrlFilter:
     a domain (``example.com`` also matches its subdomains; ``*.example.com`` only them), a
     comma-separated list of domains, or a JSON list of either. The denylist wins.
 
+    Patterns are user input (a crawl's config, a feed subscription) run against every seed,
+    discovered link and feed item, so they run in RE2 (``google-re2``): matching takes time linear
+    in the URL's length whatever the pattern (``(a+)+b`` cannot backtrack), and a pattern is
+    compiled within ``MAX_PATTERN_MEMORY``. RE2 has no backreferences or look-around; ArchiveBox's
+    default lists need neither. Matching is case-insensitive, as ArchiveBox's is.
+
     Raises:
-        ValueError: a pattern is not a valid regex (message names the setting).
+        ValueError: a pattern is not a valid RE2 regex, too large, or too many (the message names
+            the setting).
     """
 
     def __init__(self, allowlist: str = "", denylist: str = "") -> None:
-        self.allow = [self._compile("URL_ALLOWLIST", p) for p in _patterns(allowlist)]
-        self.deny = [self._compile("URL_DENYLIST", p) for p in _patterns(denylist)]
+        self.allow = [self._compile("URL_ALLOWLIST", p) for p in _patterns("URL_ALLOWLIST", allowlist)]
+        self.deny = [self._compile("URL_DENYLIST", p) for p in _patterns("URL_DENYLIST", denylist)]
 
     @classmethod
     def from_config(cls, config: Mapping[str, str], allowlist: str, denylist: str) -> UrlFilter:
@@ -198,10 +231,13 @@ class UrlFilter:
             if domain.startswith("*."):
                 return lambda host, url, d=domain[1:]: host.endswith(d)
             return lambda host, url, d=domain: host == d or host.endswith("." + d)
+        import re2
+
         try:
-            regex = re.compile(pattern, re.IGNORECASE)
-        except re.error as exc:
-            raise ValueError(f"{setting}: invalid regex {pattern!r} ({exc})") from None
+            regex = re2.compile(pattern, _re2_options())
+        except re2.error as exc:
+            message = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise ValueError(f"{setting}: invalid regex for RE2, or too large: {pattern[:200]!r} ({message})") from None
         return lambda host, url, r=regex: r.search(url) is not None
 
     def reason(self, url: str) -> str | None:

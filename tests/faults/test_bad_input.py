@@ -49,14 +49,15 @@ def test_bad_pages_seal_within_their_timeouts_and_memory_stays_bounded(sqlite_ur
 def test_a_page_with_thousands_of_links_loses_none_within_the_crawl_limit(
     sqlite_url, nats_url, make_stack, site, links
 ):
-    stack = make_stack(sqlite_url, nats_url, families=FAMILIES)
+    # the operator allows crawls of this size (a crawl may only lower CRAWL_MAX_URLS)
+    stack = make_stack(sqlite_url, nats_url, families=FAMILIES, env={"CRAWL_MAX_URLS": str(links + 1)})
     db = Database(sqlite_url)
     crawl_id = submit(
         stack,
         urls=[site.url(f"/links/{links}")],
         plugins=["parse_html_urls", "wget"],
         max_depth=1,
-        config={"CRAWL_MAX_URLS": links + 1, "CRAWL_MAX_CONCURRENT_SNAPSHOTS": 2},
+        config={"CRAWL_MAX_CONCURRENT_SNAPSHOTS": 2},
     )
     wait_until(lambda: snapshot_count(db, crawl_id, depth=1) == links, 300, f"{links} child snapshots")
     # the children are due; other crawls are not held up, and cancel stops this one promptly

@@ -4,7 +4,10 @@ directly, through a decimal-IP disguise, or by a redirect — unless the operato
 
 from __future__ import annotations
 
+import time
 from urllib.parse import quote, urlsplit
+
+import httpx
 
 from boxcar.shared.egress import RuntimePorts
 from boxcar.shared.urls import canonicalize
@@ -90,3 +93,33 @@ def test_crawls_and_feeds_of_this_host_in_any_spelling_never_reach_the_stack(sql
     finally:
         for listener in listeners.values():
             listener.close()
+
+
+def test_a_catastrophic_url_pattern_never_freezes_the_api(sqlite_url, nats_url, make_stack):
+    """The probe's per-crawl ``URL_DENYLIST`` of ``/(a+)+b`` and a URL with 30 ``a``s (Python's
+    ``re`` backtracks 2^30 times) froze the API for 204 s. Patterns run in RE2 now: ``/healthz``
+    answers within a second throughout the crawl, which filters its seeds and every discovered
+    link with that pattern, and a backreference RE2 cannot run is a 422 naming the key."""
+    with FaultSite() as site:
+        stack = make_stack(sqlite_url, nats_url, families=["fetch", "parse"])
+        client = api(stack)
+        hostile = {"URL_DENYLIST": "/(a+)+b", "MAX_URL_ATTEMPTS": 1}
+        urls = [site.url("/items/" + "a" * (30 + i)) for i in range(20)]
+        slowest = 0.0
+
+        def healthz() -> float:
+            started = time.monotonic()
+            assert httpx.get(f"{stack.api_url}/healthz", timeout=5).status_code == 200
+            return time.monotonic() - started
+
+        created = client.post(
+            "/api/v1/crawls",
+            json={"urls": urls, "config": hostile, "plugins": ["wget", "parse_html_urls"], "max_depth": 1},
+        )
+        assert created.status_code == 201, created.text
+        crawl_id = created.json()["id"]
+        while client.get(f"/api/v1/crawls/{crawl_id}").json()["status"] != "sealed":
+            slowest = max(slowest, healthz())
+        assert slowest < 1.0, f"/healthz took {slowest:.2f}s during the crawl"
+        refused = client.post("/api/v1/crawls", json={"urls": urls[:1], "config": {"URL_DENYLIST": r"(a)\1"}})
+        assert refused.status_code == 422 and "config.URL_DENYLIST" in refused.text, refused.text

@@ -92,13 +92,50 @@ def test_the_default_plugins_are_switched_and_timed_per_crawl_by_archivebox_name
     catalog = get_catalog()
     for plugin in DEFAULT_PLUGINS:
         properties = catalog[plugin].schema.get("properties") or {}
-        for key, value in ((f"{plugin.upper()}_ENABLED", False), (f"{plugin.upper()}_TIMEOUT", 45)):
+        for key, value in ((f"{plugin.upper()}_ENABLED", False), (f"{plugin.upper()}_TIMEOUT", 15)):
             if key in properties:
                 assert build({key: value}).values[key] == str(value).lower(), key
-    config = build({"SAVE_MEDIA": False, "MEDIA_TIMEOUT": 300, "MEDIA_MAX_SIZE": "20m", "SINGLEFILE_TIMEOUT": 90})
-    assert config.values == {**config.values, "YTDLP_ENABLED": "false", "YTDLP_TIMEOUT": "300"}
-    assert config.values["MEDIA_MAX_SIZE"] == "20m" and config.values["SINGLEFILE_TIMEOUT"] == "90"
+    config = build({"SAVE_MEDIA": False, "MEDIA_TIMEOUT": 100, "MEDIA_MAX_SIZE": "20m", "SINGLEFILE_TIMEOUT": 50})
+    assert config.values == {**config.values, "YTDLP_ENABLED": "false", "YTDLP_TIMEOUT": "100"}
+    assert config.values["MEDIA_MAX_SIZE"] == "20m" and config.values["SINGLEFILE_TIMEOUT"] == "50"
     resolved = catalog.resolve_config(["ytdlp", "singlefile"], config.plugin_environ({}))
     assert resolved["ytdlp"]["YTDLP_ENABLED"] is False and resolved["ytdlp"]["YTDLP_MAX_SIZE"] == "20m"
-    assert resolved["singlefile"]["SINGLEFILE_TIMEOUT"] == 90
+    assert resolved["singlefile"]["SINGLEFILE_TIMEOUT"] == 50
     assert "ytdlp" not in catalog.enabled_plugins(["ytdlp", "wget"], config.plugin_environ({}))
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        # the probe's inputs: each would have lifted an operator limit
+        ("SNAPSHOT_MAX_SIZE", 0, "would lift the operator's limit"),
+        ("CRAWL_MAX_URLS", 10_000_000, "only lower the operator's limit of 10000"),
+        ("CRAWL_MAX_URLS", 0, "would lift"),
+        ("CRAWL_MAX_CONCURRENT_SNAPSHOTS", 1024, "only lower the operator's limit of 8"),
+        ("RESOLUTION", "99999,99999", "may not exceed"),
+        ("CRAWL_TIMEOUT", 0, None),  # the operator's default is 0 (no limit): nothing to lift
+        ("MAX_URL_ATTEMPTS", 4, "only lower the operator's limit of 3"),
+        ("TIMEOUT", 61, "only lower the operator's limit of 60 seconds"),
+        ("YTDLP_TIMEOUT", 10_000, "only lower"),
+        ("MEDIA_MAX_SIZE", "5g", "only lower"),
+    ],
+)
+def test_a_crawl_may_lower_the_operators_limits_but_never_raise_them(key, value, message):
+    if message is None:
+        build({key: value})
+        return
+    with pytest.raises(ConfigError, match=message) as info:
+        build({key: value})
+    assert info.value.key == key
+
+
+def test_lower_values_are_taken_and_an_operator_without_a_limit_allows_any():
+    config = build(
+        {"CRAWL_MAX_URLS": 5, "SNAPSHOT_MAX_SIZE": "10m", "TIMEOUT": 30, "RESOLUTION": "800,600", "CRAWL_TIMEOUT": 60}
+    )
+    assert (config.max_urls, config.snapshot_max_size, config.crawl_timeout) == (5, 10 * 1024**2, 60)
+    # an operator who set no limit (0) lets a crawl choose any value, 0 included
+    assert build({"CRAWL_MAX_URLS": 0}, crawl_max_urls=0).max_urls == 0
+    # the operator's own viewport is the ceiling where they set one
+    with pytest.raises(ConfigError, match="operator's 1280,720"):
+        build({"SCREENSHOT_RESOLUTION": "1920,1080"}, environ={"RESOLUTION": "1280,720"})
