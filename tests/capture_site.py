@@ -23,7 +23,7 @@ import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 REPO_README = "Boxcar test repository: cloned over smart HTTP."
 ARTICLE_TEXT = "The lighthouse keeper counted forty-one ships passing the northern cape that winter."
@@ -72,6 +72,30 @@ def make_repo(root: Path, name: str) -> Path:
     return bare
 
 
+#: A captured page that tries what the issue's probe did from inside the archiver's Chromium: the
+#: browser's DevTools WebSocket and HTTP endpoints, local files (the API token), the CDP URL file
+#: the UI used to serve; each outcome is reported to ``/report``, then ``done``.
+HOSTILE_SCRIPT = """<h1>Hostile</h1><iframe src="file://%(token_file)s"></iframe><script>
+function report(what, outcome) { new Image().src = "/report?" + what + "=" + encodeURIComponent(outcome); }
+const read = (what) => (r) => r.text().then((t) => report(what, "read:" + t.slice(0, 80)));
+const refused = (what) => () => report(what, "refused");
+const tries = [
+  new Promise((done) => {
+    let ws;
+    try { ws = new WebSocket("%(devtools_ws)s"); } catch (e) { report("devtools-ws", "refused"); return done(); }
+    ws.onopen = () => { report("devtools-ws", "open"); ws.send(JSON.stringify({id: 1, method: "Target.getTargets"})); };
+    ws.onmessage = (m) => { report("devtools-ws", "read:" + String(m.data).slice(0, 80)); done(); };
+    ws.onerror = () => { report("devtools-ws", "refused"); done(); };
+    ws.onclose = () => done();
+  }),
+  fetch("%(devtools_http)s").then(read("devtools-http"), refused("devtools-http")),
+  fetch("file://%(token_file)s").then(read("token-file"), refused("token-file")),
+  fetch("%(cdp_file)s").then(read("cdp-file"), refused("cdp-file")),
+];
+Promise.all(tries).then(() => report("done", "1"));
+</script>"""
+
+
 def page(title: str, body: str) -> bytes:
     return f"<!DOCTYPE html><html><head><title>{title}</title></head><body>{body}</body></html>".encode()
 
@@ -85,6 +109,9 @@ class CaptureSite:
         self.clip = make_clip(root / "clip.mp4")
         make_repo(root / "git", "sample")
         self.hits: dict[str, int] = {}
+        #: what ``/hostile/devtools`` tries to reach (set by the test) and what it reported reaching
+        self.hostile: dict[str, str] = {}
+        self.reports: list[tuple[str, str]] = []
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -152,6 +179,11 @@ class CaptureSite:
                 + "</article>"
             )
             return self._send(req, 200, html, page("Winter at the cape", body))
+        if path == "/hostile/devtools":
+            return self._send(req, 200, html, page("A page that wants the browser", HOSTILE_SCRIPT % self.hostile))
+        if path == "/report":
+            self.reports.extend(parse_qsl(parts.query))
+            return self._send(req, 204, "text/plain", b"")
         return self._send(req, 404, html, page("Not found", path))
 
     def _send(self, req: BaseHTTPRequestHandler, status: int, ctype: str, body: bytes) -> None:

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import imagesize
 import psutil
@@ -20,7 +21,7 @@ import pytest
 
 from boxcar.hook_executor.reaper import BROWSER_ENV, WORKER_ENV
 from boxcar.shared.db import Database
-from tests.helpers import load_crawl, submit, wait_sealed, wait_until
+from tests.helpers import api, load_crawl, submit, wait_sealed, wait_until
 
 CORPUS = Path(os.environ.get("BOXCAR_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared")) / "corpus"
 BOXCAR = str(Path(sys.executable).parent / "boxcar")
@@ -215,3 +216,40 @@ def test_install_provisions_everything_then_is_a_no_op(tmp_path):
 def _needs_chromium():
     if not any(Path(p, "chromium").exists() for p in os.environ.get("PATH", "").split(os.pathsep)):
         pytest.skip("chromium is not installed (make install-system-deps / apt-get install chromium)")
+
+
+def test_a_captured_page_cannot_drive_the_browser_or_read_local_files(sqlite_url, nats_url, make_stack, tmp_path):
+    """The issue's probe: a page opened a WebSocket to the browser executor's DevTools port (found
+    through the ``chrome/cdp_url.txt`` the UI served) and read ``DATA_DIR/.boxcar/api_token``.
+    Now the DevTools port is refused by the egress policy and Chromium allows no page origin, the
+    CDP URL file is neither kept nor served, and ``file://`` is out of a page's reach: the hostile
+    page reports every attempt refused."""
+    from tests.capture_site import CaptureSite
+
+    with CaptureSite(tmp_path / "site") as site:
+        stack = make_stack(sqlite_url, nats_url, families=["browser"], env={"PUBLIC_READS": "true"})
+        client = api(stack)
+        first = submit(stack, urls=[site.url("/article/")], plugins=["title"])
+        wait_sealed(stack, first, timeout=180)
+        [snapshot] = client.get("/api/v1/snapshots", params={"crawl_id": first}).json()["items"]
+        [cdp_file] = list((stack.data_dir / "tmp").glob("*/browsers/*/gen-*/chrome/cdp_url.txt"))
+        devtools_ws = cdp_file.read_text().strip()
+        port = urlsplit(devtools_ws).port
+        # the executor-internal files are gone from the snapshot and never served
+        [snapshot_dir] = stack.data_dir.glob(f"archive/users/*/snapshots/*/*/{snapshot['id']}")
+        assert (snapshot_dir / "chrome").is_dir() and not (snapshot_dir / "chrome" / "cdp_url.txt").exists()
+        for name in ("cdp_url.txt", "browser.json", "chrome.pid", "target_id.txt"):
+            assert client.get(f"/archive/{snapshot['id']}/chrome/{name}").status_code == 404, name
+        site.hostile = {
+            "devtools_ws": devtools_ws,
+            "devtools_http": f"http://127.0.0.1:{port}/json/version",
+            "token_file": str(stack.data_dir / ".boxcar" / "api_token"),
+            "cdp_file": f"{stack.api_url}/archive/{snapshot['id']}/chrome/cdp_url.txt",
+        }
+        assert Path(site.hostile["token_file"]).is_file()
+        second = submit(stack, urls=[site.url("/hostile/devtools")], plugins=["title"])
+        wait_sealed(stack, second, timeout=180)
+        wait_until(lambda: ("done", "1") in site.reports, 60, "the hostile page to report")
+        reached = [(what, outcome) for what, outcome in site.reports if outcome.startswith(("open", "read"))]
+        assert not reached, f"a captured page reached {reached}"
+        assert {what for what, _ in site.reports} >= {"devtools-ws", "devtools-http", "token-file", "cdp-file"}
