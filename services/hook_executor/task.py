@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 from nats.js import JetStreamContext
 
-from boxcar.hook_executor import documents, media, responses
+from boxcar.hook_executor import documents, media, responses, warc
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable, launch_args
 from boxcar.hook_executor.cancellations import Cancellations
@@ -352,6 +352,8 @@ class TaskRun:
         """Publish the hook's Process and ArchiveResult; if they cannot be built or encoded, a
         ``failed`` result that says why (a hook never goes unrecorded)."""
         task, env = self.task, self.env
+        if proc.hook.plugin == "wget" and proc.started_at is not None:
+            await asyncio.to_thread(self._finalize_warcs, proc.started_at.timestamp())
         try:
             result = proc.archive_result(task.snapshot_id, task.crawl_id)
             if proc.hook.plugin == "staticfile" and result.status == "succeeded":
@@ -392,6 +394,12 @@ class TaskRun:
             result.output_str[:80],
             result.notes[:200],
         )
+
+    def _finalize_warcs(self, started: float) -> None:
+        """wget's WARCs named with the snapshot id and given the addresses the proxy connected to
+        (``boxcar.hook_executor.warc``)."""
+        addresses = self.x.egress.connections.addresses(since=started - 1) if self.x.egress else {}
+        warc.finalize(self.snap_dir / "wget", self.task.snapshot_id, int((started - 1) * 1e9), addresses)
 
     def _page_response(self) -> None:
         """The page's HTTP status / final URL / network error, from what the hooks left."""

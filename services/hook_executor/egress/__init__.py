@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from boxcar.hook_executor.egress.connections import CONNECTIONS_ENV, ConnectionLog
 from boxcar.shared.egress import POLICY_ENV, EgressPolicy, RuntimePorts
 from boxcar.shared.procutil import die_with_parent
 
@@ -41,6 +42,8 @@ class EgressProxy:
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self._registered: Path | None = None
+        #: where the proxy connected (``WARC-IP-Address`` for wget's records)
+        self.connections = ConnectionLog(workdir / "connections.jsonl")
 
     @property
     def url(self) -> str:
@@ -55,6 +58,7 @@ class EgressProxy:
         port_file.unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if k.upper() not in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
         env[POLICY_ENV] = self.policy.to_env()
+        env[CONNECTIONS_ENV] = str(self.connections.path)
         with open(log_file, "ab") as log:
             self.proc = subprocess.Popen(
                 [

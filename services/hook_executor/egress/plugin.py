@@ -7,11 +7,14 @@ executor has no use for); ``boxcar.hook_executor.egress.EgressProxy`` names it o
 from __future__ import annotations
 
 import json
+import os
 import socket
+import time
 
 from proxy.http.exception import HttpRequestRejected
 from proxy.http.proxy import HttpProxyBasePlugin, HttpProxyPlugin
 
+from boxcar.hook_executor.egress.connections import CONNECTIONS_ENV, ConnectionLog
 from boxcar.shared.egress import EgressPolicy, Refused
 
 
@@ -33,15 +36,19 @@ class EgressPolicyPlugin(HttpProxyBasePlugin):
         self.policy = EgressPolicy.from_env()
         self.checked: dict[tuple[str, int], str] = {}
         self.target: tuple[str, int] | None = None
+        path = os.environ.get(CONNECTIONS_ENV)
+        self.connections = ConnectionLog(path) if path else None
         self.close_pending = False  # the response head still to be marked ``Connection: close``
 
     def before_upstream_connection(self, request):
         host, port = _target(request)
         try:
-            self.checked[(host, port)] = self.policy.check(host, port)
+            self.checked[(host, port)] = address = self.policy.check(host, port)
         except Refused as exc:
             raise _refusal(str(exc)) from None
         self.target = (host, port)
+        if self.connections is not None:
+            self.connections.append(host, port, address, time.time())
         return request
 
     def resolve_dns(self, host: str, port: int):
