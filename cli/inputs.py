@@ -72,15 +72,6 @@ def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
     return result
 
 
-def entry_json(entry: importers.Entry) -> dict:
-    """An entry as the ``--dry-run --json`` preview shows it."""
-    return {
-        "url": entry.url,
-        "title": entry.title,
-        "tags": list(entry.tags),
-        "bookmarked_at": entry.bookmarked_at.isoformat() if entry.bookmarked_at else None,
-    }
-
-
-def rejected_json(rejected: importers.Rejected) -> dict:
+def rejected_json(rejected) -> dict:
+    """A rejected entry (``importers.Rejected`` or ``admission.Rejection``) as JSON: where, value, reason."""
     return msgspec.to_builtins(rejected)

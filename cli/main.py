@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from boxcar.cli.client import ApiError, BoxcarClient, local_token, running_stack
-from boxcar.cli.inputs import InputFileError, entry_json, parse_file, read_file, rejected_json, split_args
+from boxcar.cli.inputs import InputFileError, parse_file, read_file, rejected_json, split_args
 from boxcar.shared.messages import Seed
 from boxcar.shared.settings import Settings
 from boxcar.shared.urls import InvalidURL
@@ -90,6 +90,8 @@ def _unarchived(client: BoxcarClient, crawl_id: str) -> list[tuple[dict, str]]:
     out = []
     for snap in client.snapshots(crawl_id):
         results = snap["results"]
+        if snap.get("refusal"):
+            continue  # said once for the crawl (the summary's "refused" line)
         if results and not any(r["status"] == "succeeded" for r in results):
             failed = [r for r in results if r["status"] == "failed"] or results
             why = next(
@@ -98,6 +100,45 @@ def _unarchived(client: BoxcarClient, crawl_id: str) -> list[tuple[dict, str]]:
             )
             out.append((snap, why[:200]))
     return out
+
+
+def dry_run_preview(urls: list[str], parsed: dict, settings) -> dict:
+    """What ``add --dry-run`` shows: the entries *as the import will merge them* (one per URL: the
+    first non-empty title, the union of tags, the earliest date: ``admission.admit``, the rule
+    ingest applies) with counts, and what was rejected, by the parser or by the URL lists."""
+    from boxcar.shared.admission import admit
+    from boxcar.shared.urls import UrlFilter
+
+    formats = {r.format for r in parsed.values()} | ({"url"} if urls else set())
+    seeds = [Seed.parse(u, source=f"urls[{i}]") for i, u in enumerate(urls)]
+    rejected = [rejected_json(x) for r in parsed.values() for x in r.rejected]
+    for result in parsed.values():
+        pairs, bad = result.seeds()
+        seeds += [seed for _entry, seed in pairs]
+        rejected += [rejected_json(x) for x in bad]
+    admission = admit(seeds, UrlFilter(settings.url_allowlist, settings.url_denylist))
+    rejected += [rejected_json(r) for r in admission.rejected]
+    entries = [
+        {
+            "url": seed.url,
+            "title": seed.title,
+            "tags": list(seed.tags),
+            "bookmarked_at": seed.bookmarked_at.isoformat() if seed.bookmarked_at else None,
+        }
+        for seed in admission.seeds
+    ]
+    counts = {
+        "entries": admission.entries + sum(len(r.rejected) for r in parsed.values()),
+        "accepted": len(entries),
+        "duplicates": admission.duplicates,
+        "rejected": len(rejected),
+    }
+    return {
+        "format": formats.pop() if len(formats) == 1 else "mixed",
+        "entries": entries,
+        "rejected": rejected,
+        "counts": counts,
+    }
 
 
 def summary(state: dict, data_dir: Path) -> dict:
@@ -112,6 +153,9 @@ def summary(state: dict, data_dir: Path) -> dict:
         "http_errors": state.get("http_errors", 0),
         "network_errors": state.get("network_errors", 0),
         "results": {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")},
+        "merged": state.get("merged", 0),
+        "refused": state.get("refused", 0),
+        "refusal": state.get("refusal", ""),
         "data_dir": str(data_dir),
     }
 
@@ -205,16 +249,16 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
             parsed = {path: parse_file(path, format_) for path in files}
         except InputFileError as exc:
             fail(str(exc), 2)
-        formats = {r.format for r in parsed.values()} | ({"url"} if urls else set())
-        entries = [{"url": u, "title": None, "tags": [], "bookmarked_at": None} for u in urls]
-        entries += [entry_json(e) for r in parsed.values() for e in r.entries]
-        rejected = [rejected_json(x) for r in parsed.values() for x in r.rejected]
-        preview = {"format": formats.pop() if len(formats) == 1 else "mixed", "entries": entries, "rejected": rejected}
+        preview = dry_run_preview(urls, parsed, settings)
         if as_json:
             click.echo(json.dumps(preview))
         else:
-            err.print(f"format {preview['format']}: {len(entries)} entries, {len(rejected)} rejected")
-            for r in rejected[:20]:
+            c = preview["counts"]
+            err.print(
+                f"format {preview['format']}: {c['entries']} entries → {c['accepted']} URL(s) to archive, "
+                f"{c['duplicates']} duplicates merged, {c['rejected']} rejected"
+            )
+            for r in preview["rejected"][:20]:
                 err.print(f"  [yellow]{r['where']}[/]: {r['reason']} ({r['value'][:80]})")
         return
     plugin_list = [p.strip() for p in plugins.split(",") if p.strip()]
@@ -281,6 +325,13 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
             f"{r['skipped']} skipped.  `boxcar list --crawl {crawl_id}` shows them; "
             f"files under {settings.data_dir}/archive"
         )
+        if result["merged"]:
+            err.print(
+                f"{result['merged']} URL(s) merged into snapshots of other crawls that are archiving or "
+                "archived them (ONLY_NEW; --no-only-new archives them again)"
+            )
+        if result["refused"]:
+            err.print(f"[bold yellow]refused[/] {result['refused']} page(s): {result['refusal']}")
         if result["error"]:
             err.print(f"[red]crawl given up:[/] {result['error']}")
 
@@ -294,6 +345,7 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
     """List snapshots and their results (reads the database directly)."""
     from boxcar.ingest.services import CrawlService
     from boxcar.shared.db import Database
+    from boxcar.shared.egress import refusal_kind
     from boxcar.shared.families import load_families
     from boxcar.shared.plugins import get_catalog
 
@@ -319,6 +371,7 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
                         "http_status": snap.http_status,
                         "final_url": snap.final_url,
                         "network_error": snap.network_error,
+                        "refusal": snap.refusal,
                         "depth": snap.depth,
                         "parent_snapshot_id": snap.parent_snapshot_id,
                         "output_dir": str(settings.data_dir / snap.output_dir),
@@ -337,13 +390,21 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
             )
         return
     table = Table("status", "http", "depth", "url", "title", "results")
+    refusals: dict[str, int] = {}
     for snap in page.items:
         ok = sum(r.status == "succeeded" for r in snap.results)
         http = str(snap.http_status or "") or ("[red]unreachable[/]" if snap.network_error else "")
         if snap.http_status and snap.http_status >= 400:
             http = f"[red]{snap.http_status}[/]"
-        table.add_row(snap.status, http, str(snap.depth), snap.url, snap.title or "", f"{ok}/{len(snap.results)} ok")
+        outcome = f"{ok}/{len(snap.results)} ok"
+        if snap.refusal:
+            http, outcome = "[yellow]refused[/]", "[yellow]refused[/]"
+            reason = refusal_kind(snap.refusal)
+            refusals[reason] = refusals.get(reason, 0) + 1
+        table.add_row(snap.status, http, str(snap.depth), snap.url, snap.title or "", outcome)
     Console().print(table)
+    for reason, count in refusals.items():  # once per reason, not once per hook or per page
+        err.print(f"[bold yellow]refused[/] {count} page(s): {reason}")
     if page.total > len(page.items):
         err.print(f"{len(page.items)} of {page.total} shown (--limit)")
 

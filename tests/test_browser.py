@@ -3,6 +3,7 @@ executor is SIGKILLed, bounded browsers under recycling, and `boxcar install` pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -253,3 +254,26 @@ def test_a_captured_page_cannot_drive_the_browser_or_read_local_files(sqlite_url
         reached = [(what, outcome) for what, outcome in site.reports if outcome.startswith(("open", "read"))]
         assert not reached, f"a captured page reached {reached}"
         assert {what for what, _ in site.reports} >= {"devtools-ws", "devtools-http", "token-file", "cdp-file"}
+
+
+def test_basic_auth_reaches_the_tab_over_devtools_and_never_the_browser_profile(sqlite_url, nats_url, make_stack):
+    """The probe found a Basic-auth password in Chromium's session files while the browser ran
+    (it was in the URL the hooks navigated to). The tab now gets the credentials over DevTools:
+    the page is captured behind its login, and no file of the running browser holds the password."""
+    from tests.fault_site import PASSWORD, USER, FaultSite
+
+    with FaultSite() as site:
+        stack = make_stack(sqlite_url, nats_url, families=["browser"])
+        private = site.url("/private/").replace("http://", f"http://{USER}:{PASSWORD}@")
+        crawl_id = submit(stack, urls=[private], plugins=["title", "dom"])
+        wait_sealed(stack, crawl_id, timeout=180)
+        [snapshot] = api(stack).get("/api/v1/snapshots", params={"crawl_id": crawl_id}).json()["items"]
+        assert snapshot["title"] == "Private Page", snapshot  # the browser got past the login
+        assert snapshot["url"] == site.url("/private/")
+        [browser] = browser_processes(stack.data_dir, main_only=True)  # still running: check it now
+        assert browser.is_running()
+        needle = PASSWORD.encode()
+        for path in (stack.data_dir / "tmp").rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    assert needle not in path.read_bytes(), f"the password is in {path} while the browser runs"

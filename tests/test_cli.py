@@ -89,6 +89,30 @@ def test_dry_run_previews_an_export_without_creating_anything(tmp_path, lib_dir)
     assert not (tmp_path / "data").exists()
 
 
+def test_dry_run_shows_entries_as_the_import_will_merge_them(tmp_path, lib_dir):
+    export = tmp_path / "bookmarks.html"
+    export.write_text(
+        "<!DOCTYPE NETSCAPE-Bookmark-file-1>\n<DL><p>\n"
+        '<DT><A HREF="https://example.com/a" TAGS="news">Kestrels</A>\n'
+        '<DT><A HREF="https://example.com/a" TAGS="birds,news"></A>\n'
+        '<DT><A HREF="https://example.com/b">Quarry</A>\n</DL>\n'
+    )
+    done = run_boxcar(
+        "add", "--dry-run", "--json", str(export), data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    preview = json.loads(done.stdout)
+    assert preview["counts"] == {"entries": 3, "accepted": 2, "duplicates": 1, "rejected": 0}
+    first = preview["entries"][0]
+    assert (first["url"], first["title"], sorted(first["tags"])) == (
+        "https://example.com/a",
+        "Kestrels",
+        ["birds", "news"],
+    )
+    text = run_boxcar("add", "--dry-run", str(export), data_dir=tmp_path / "data", lib_dir=lib_dir, timeout=60)
+    assert "3 entries → 2 URL(s) to archive, 1 duplicates merged" in " ".join(text.stderr.split())
+
+
 def test_no_service_outlives_a_killed_boxcar_up(tmp_path, lib_dir):
     """`boxcar up` killed with SIGKILL (no chance to clean up): its services and NATS go too."""
     import signal
@@ -150,3 +174,59 @@ def test_add_wait_polls_often_at_first_then_once_a_second():
         elapsed += poll_interval(elapsed)
         polls += 1
     assert polls < 620, polls  # 6,000 at a fixed 0.1 s
+
+
+def test_five_concurrent_adds_of_the_same_urls_make_each_snapshot_once(tmp_path, lib_dir, site_urls):
+    """The issue's probe: five ``boxcar add`` of the same 20 URLs at once made 100 snapshots, each
+    crawl saying "0 archived before". Whether a URL is archived *or in progress* is decided where
+    snapshots are made: 20 snapshots, the other 80 reported merged."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.helpers import wait_until
+
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "NATS_URL", "BOXCAR_API_URL")}
+    env.update(DATA_DIR=str(data), ABXPKG_LIB_DIR=str(lib_dir), URL_ALLOW_PRIVATE="true", PLUGINS="wget")
+    up = subprocess.Popen([BOXCAR, "up", "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stack_file = data / ".boxcar" / "stack.json"
+    try:
+        wait_until(lambda: stack_file.exists() and json.loads(stack_file.read_text()), 60, "boxcar up")
+        urls = site_urls(20)
+        with ThreadPoolExecutor(5) as pool:
+            runs = list(
+                pool.map(
+                    lambda _: subprocess.run(
+                        [BOXCAR, "add", "--wait", "--json", *urls], env=env, capture_output=True, text=True, timeout=600
+                    ),
+                    range(5),
+                )
+            )
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(60)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-1500:] for r in runs]
+    summaries = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+    assert sum(s["snapshots"]["total"] for s in summaries) == 20, summaries
+    assert sum(s["merged"] for s in summaries) == 80
+    snapshot_dirs = list(data.glob("archive/users/*/snapshots/*/*/*"))
+    assert len(snapshot_dirs) == 20
+
+
+def test_a_refused_lan_address_is_explained_once_per_crawl(tmp_path, lib_dir):
+    """`boxcar add http://192.168.1.20/` on a stack that keeps to public addresses ended with every
+    hook skipped and no word of why: the summary and `boxcar list` now say it once."""
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "NATS_URL", "BOXCAR_API_URL")}
+    env.update(DATA_DIR=str(data), ABXPKG_LIB_DIR=str(lib_dir), URL_ALLOW_PRIVATE="false", PLUGINS="wget,favicon")
+    urls = ["http://192.168.1.20/", "http://10.1.2.3/admin"]
+    done = subprocess.run([BOXCAR, "add", *urls], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())  # rich wraps lines to the terminal's width
+    assert said.count("URL_ALLOW_PRIVATE=true") == 1, said[-3000:]
+    assert "refused 2 page(s)" in said and "private or special-purpose address" in said
+    assert "nothing archived" not in said  # not once per URL either
+    listed = subprocess.run([BOXCAR, "list"], env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and " ".join(listed.stderr.split()).count("URL_ALLOW_PRIVATE=true") == 1
+    rows = subprocess.run([BOXCAR, "list", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert all("private" in json.loads(line)["refusal"] for line in rows.stdout.splitlines())

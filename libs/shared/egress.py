@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
 import socket
 import time
 from collections.abc import Iterable
@@ -299,7 +300,7 @@ class EgressPolicy(msgspec.Struct, frozen=True):
             if reached in _NAT64_LOCAL_USE:
                 return f"a local-use NAT64 address ({reached})"
         if not self.allow_private and not all(_is_public(a) for a in embedded_ipv4(ip)):
-            return f"{ip} is a private or special-purpose address (set URL_ALLOW_PRIVATE=true to archive a LAN)"
+            return f"a private or special-purpose address ({ip}); set URL_ALLOW_PRIVATE=true to archive your LAN"
         return ""
 
 
@@ -343,6 +344,15 @@ def url_refusal(policy: EgressPolicy, url: str) -> str:
     except Refused as exc:
         return str(exc)
     return ""
+
+
+_DETAIL = re.compile(r"\s*\([^()]*\)")
+
+
+def refusal_kind(reason: str) -> str:
+    """A refusal without the page's host and addresses — "a private or special-purpose address;
+    set URL_ALLOW_PRIVATE=true to archive your LAN" — to say once for every page it applies to."""
+    return _DETAIL.sub("", reason.split(" is refused: ", 1)[-1]).strip()
 
 
 def refused_ports(policy: EgressPolicy) -> Iterable[int]:

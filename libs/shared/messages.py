@@ -352,6 +352,8 @@ class TaskCompleted(msgspec.Struct, kw_only=True):
     final_url: str = ""
     network_error: str = ""
     retry_after: float | None = None
+    #: why the egress policy refused to fetch the page ("" when it did not): no hook ran
+    refused: str = ""
 
     @classmethod
     def of(cls, task: HookTask, **fields: Any) -> TaskCompleted:

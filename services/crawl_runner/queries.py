@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import Update, func, or_, select, update
+from sqlalchemy import Update, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from boxcar.shared.db import insert_for
@@ -67,6 +67,7 @@ from boxcar.shared.db.models import (
     Status,
     Tag,
     TaskStatus,
+    dedup_key,
     url_hash,
 )
 from boxcar.shared.ids import new_id
@@ -256,9 +257,17 @@ def insert_snapshots(
     parent_id: str | None,
     now: datetime,
     max_urls: int = 0,
+    only_new: bool = False,
 ) -> tuple[list[str], int]:
     """Create queued snapshots, skipping URLs the crawl already has (``UNIQUE(crawl_id, url)``),
     in statements of ``BATCH`` rows.
+
+    With ``only_new`` each gets its ``dedup_key`` (the crawl's user and the URL), which is unique:
+    a URL some other snapshot is archiving or has archived is not inserted but *merged* — the
+    seed's tags go to that snapshot and ``Crawl.merged`` counts it. The decision is the insert
+    itself, so concurrent crawls of one URL, on any number of runners, make one snapshot. Keys of
+    sealed snapshots that archived nothing are released first (``release_dedup_keys``), so a URL
+    that failed is captured again.
 
     Args:
         max_urls: cap on the crawl's total snapshot count (``CRAWL_MAX_URLS``), 0 = none.
@@ -275,41 +284,86 @@ def insert_snapshots(
         over = max(0, len(seeds) - room)
         seeds = seeds[:room]
     crawl_tags = [t.strip() for t in crawl.tags_str.split(",") if t.strip()]
+    rows, tags_by_id, tags_by_key = [], {}, {}
+    for seed in seeds:  # ids in submission order: snapshots are claimed in that order
+        sid = new_id()
+        bookmarked = seed.bookmarked_at or now
+        hashed = url_hash(seed.url)
+        key = dedup_key(crawl.created_by, hashed) if only_new else None
+        rows.append(
+            {
+                "id": sid,
+                "crawl_id": crawl.id,
+                "url": seed.url,
+                "url_hash": hashed,
+                "dedup_key": key,
+                "depth": depth,
+                "parent_snapshot_id": parent_id,
+                "title": seed.title,
+                "bookmarked_at": bookmarked,
+                "created_at": now,
+                "modified_at": now,
+                "status": QUEUED,
+                "retry_at": now,
+                "stage": 0,
+                "output_size": 0,
+                "config": {},
+                "attempts": 0,
+                "credentials": seed.credentials,
+                "refusal": "",
+                "output_dir": snapshot_dir(crawl.created_by, bookmarked, seed.url, sid),
+            }
+        )
+        tags_by_id[sid] = list(dict.fromkeys(crawl_tags + list(seed.tags)))
+        if key:
+            tags_by_key[key] = (sid, tags_by_id[sid])
+    if tags_by_key:
+        release_dedup_keys(s, list(tags_by_key))
+        # every transaction takes the unique keys in one order: two crawls inserting the same
+        # URLs in different orders wait for each other instead of deadlocking (Postgres)
+        rows.sort(key=lambda row: row["dedup_key"])
     insert = insert_for(s)
     created: list[str] = []
-    for chunk in _chunks(seeds):
-        rows, tags_by_id = [], {}
-        for seed in chunk:
-            sid = new_id()
-            bookmarked = seed.bookmarked_at or now
-            rows.append(
-                {
-                    "id": sid,
-                    "crawl_id": crawl.id,
-                    "url": seed.url,
-                    "url_hash": url_hash(seed.url),
-                    "depth": depth,
-                    "parent_snapshot_id": parent_id,
-                    "title": seed.title,
-                    "bookmarked_at": bookmarked,
-                    "created_at": now,
-                    "modified_at": now,
-                    "status": QUEUED,
-                    "retry_at": now,
-                    "stage": 0,
-                    "output_size": 0,
-                    "config": {},
-                    "attempts": 0,
-                    "credentials": seed.credentials,
-                    "output_dir": snapshot_dir(crawl.created_by, bookmarked, seed.url, sid),
-                }
-            )
-            tags_by_id[sid] = list(dict.fromkeys(crawl_tags + list(seed.tags)))
-        s.execute(insert(Snapshot).values(rows).on_conflict_do_nothing(index_elements=["crawl_id", "url_hash"]))
-        made = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(list(tags_by_id)))))
+    for chunk in _chunks(rows):
+        # no conflict target: a row that clashes on (crawl_id, url_hash) or on dedup_key is skipped
+        s.execute(insert(Snapshot).values(list(chunk)).on_conflict_do_nothing())
+        ids = [row["id"] for row in chunk]
+        made = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(ids))))
         attach_tags(s, {sid: tags_by_id[sid] for sid in made})
         created.extend(made)
+        if tags_by_key and len(made) < len(chunk):
+            keys = {row["dedup_key"]: tags_by_key[row["dedup_key"]] for row in chunk if row["dedup_key"]}
+            _merge_into_holders(s, crawl.id, keys, set(made))
     return created, over
+
+
+def release_dedup_keys(s: Session, keys: Sequence[str]) -> int:
+    """Free the ``dedup_key`` of sealed snapshots that archived nothing (failed, cancelled,
+    refused), so an ``ONLY_NEW`` crawl captures their URL again; returns how many. Guard: only
+    ``sealed`` rows without a succeeded result lose their key (an open one never does)."""
+    succeeded = exists().where(ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == "succeeded")
+    released = 0
+    for chunk in _chunks(list(keys)):
+        released += s.execute(
+            update(Snapshot)
+            .where(Snapshot.dedup_key.in_(chunk), Snapshot.status == SEALED, ~succeeded)
+            .values(dedup_key=None)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    return released
+
+
+def _merge_into_holders(s: Session, crawl_id: str, wanted: dict[str, tuple[str, list[str]]], made: set[str]) -> None:
+    """Seeds whose ``dedup_key`` another crawl's snapshot holds: their tags go to that snapshot
+    and the crawl counts them merged."""
+    missing = [key for key, (sid, _tags) in wanted.items() if sid not in made]
+    holders = s.execute(
+        select(Snapshot.dedup_key, Snapshot.id).where(Snapshot.dedup_key.in_(missing), Snapshot.crawl_id != crawl_id)
+    ).all()
+    if not holders:
+        return
+    attach_tags(s, {holder: wanted[key][1] for key, holder in holders})
+    s.execute(update(Crawl).where(Crawl.id == crawl_id).values(merged=Crawl.merged + len(holders)))
 
 
 def attach_tags(s: Session, tags_by_snapshot: dict[str, list[str]]) -> None:
@@ -427,10 +481,16 @@ def claim_started_snapshot(
 
 
 def record_response(
-    s: Session, snapshot: Snapshot, http_status: int | None, final_url: str | None, network_error: str
+    s: Session,
+    snapshot: Snapshot,
+    http_status: int | None,
+    final_url: str | None,
+    network_error: str,
+    refusal: str = "",
 ) -> None:
-    """Keep what the capture saw of the page's response on the snapshot we hold (locked)."""
-    values: dict = {}
+    """Keep what the capture saw of the page's response on the snapshot we hold (locked), or why
+    the egress policy refused to fetch it."""
+    values: dict = {"refusal": refusal[:1000]} if refusal else {}
     if http_status is not None:
         values.update(http_status=http_status, network_error="")
     elif network_error and snapshot.http_status is None:

@@ -284,8 +284,9 @@ class CrawlRunner:
             if not q.record_seeded(s, crawl_id, seeded, seeded + len(seeds), now):
                 s.rollback()
                 return []
-            # the URLs a user gave are never cut: CRAWL_MAX_URLS bounds what links add to them
-            q.insert_snapshots(s, crawl, seeds, depth=0, parent_id=None, now=now)
+            # the URLs a user gave are never cut: CRAWL_MAX_URLS bounds what links add to them;
+            # with ONLY_NEW a URL another crawl is archiving or archived is merged into it here
+            q.insert_snapshots(s, crawl, seeds, depth=0, parent_id=None, now=now, only_new=self._config(crawl).only_new)
         return []
 
     def _start_due_snapshots(self) -> list[bus.Outgoing]:
@@ -562,8 +563,8 @@ class CrawlRunner:
                     for hook in self.catalog.snapshot_hooks(task.plugins or [])
                 ]
             crawl = s.get(Crawl, snap.crawl_id)
-            if event.family == "browser" or snap.http_status is None:
-                q.record_response(s, snap, event.http_status, event.final_url, event.network_error)
+            if event.refused or event.family == "browser" or snap.http_status is None:
+                q.record_response(s, snap, event.http_status, event.final_url, event.network_error, event.refused)
             if discovered and snap.depth < crawl.max_depth and not self._stopped(crawl):
                 self._add_discovered(s, crawl, snap, discovered, now)
             if event.tags:
@@ -580,7 +581,14 @@ class CrawlRunner:
         if config.only_new:
             admission = admission.without(archived_keys(s, admission.seeds))
         created, over = q.insert_snapshots(
-            s, crawl, admission.seeds, depth=snap.depth + 1, parent_id=snap.id, now=now, max_urls=config.max_urls
+            s,
+            crawl,
+            admission.seeds,
+            depth=snap.depth + 1,
+            parent_id=snap.id,
+            now=now,
+            max_urls=config.max_urls,
+            only_new=config.only_new,
         )
         if created:
             log.info("snapshot %s discovered %d new URLs", snap.id, len(created))

@@ -13,11 +13,13 @@ Layers, later ones winning:
    ``NODE_PATH``), ``EXTRA_CONTEXT`` and the W3C trace context.
 
 A page behind HTTP Basic auth (``http://user:pass@host/``) is fetched with its credentials: the
-browser hooks get them in ``--url`` (Chromium answers the challenge from the URL), wget gets the
-URL without them and a private ``WGETRC`` with ``http_user``/``http_password`` (so neither its
-WARC nor its converted links hold the password in clear). ``redact`` removes the password from
-everything the executor reports or logs, and ``scrub`` from the files the hooks wrote (in place,
-same length, so binary formats stay valid) and from file names.
+browser hooks get the URL without them and the tab is given them over DevTools
+(``basic_auth.BasicAuthResponder``: nothing lands in Chromium's profile), wget gets the URL
+without them and a private ``WGETRC`` with ``http_user``/``http_password`` (so neither its
+WARC nor its converted links hold the password in clear); other hooks get them in ``--url``.
+``redact`` removes the password from everything the executor reports or logs, and ``scrub`` from
+the files the hooks wrote (in place, same length, so binary formats stay valid) and from file
+names.
 """
 
 from __future__ import annotations
@@ -148,8 +150,10 @@ class HookEnvironment:
         self.fetch_url = with_userinfo(url, userinfo)
         self.secrets = secrets.secret_parts(userinfo)
         self._wgetrc = None
+        self.credentials: tuple[str, str] | None = None
         if userinfo:
             user, _, password = (unquote(part) for part in userinfo.partition(":"))
+            self.credentials = (user, password)
             self._wgetrc = Path(dirs["TMP_DIR"]) / "wgetrc"
             self._wgetrc.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self._wgetrc, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -159,8 +163,17 @@ class HookEnvironment:
         self.output_limit = CrawlConfig(dict(config)).snapshot_max_size
 
     def url_for(self, hook: Hook) -> str:
-        """The ``--url`` of ``hook``: with the page's credentials, except for wget (``WGETRC``)."""
-        return self.url if self._wgetrc is not None and hook.plugin == "wget" else self.fetch_url
+        """The ``--url`` of ``hook``: with the page's credentials, except for wget (``WGETRC``) and
+        the browser's hooks (the tab gets them over DevTools: ``basic_auth``)."""
+        if self.credentials is None:
+            return self.url
+        if hook.plugin == "wget" or self.in_browser(hook):
+            return self.url
+        return self.fetch_url
+
+    def in_browser(self, hook: Hook) -> bool:
+        """True for a hook of the chrome plugin or of one that requires it (it runs in the tab)."""
+        return "chrome" in self.catalog.with_requirements([hook.plugin])
 
     def scrub(self, root: Path, since_ns: int) -> int:
         """Remove the page's password from files under ``root`` changed since ``since_ns``: each

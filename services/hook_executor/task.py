@@ -34,6 +34,7 @@ import msgspec
 from nats.js import JetStreamContext
 
 from boxcar.hook_executor import documents, media, responses, warc
+from boxcar.hook_executor.basic_auth import BasicAuthResponder
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable, launch_args
 from boxcar.hook_executor.cancellations import Cancellations
@@ -229,15 +230,17 @@ class TaskRun:
         self.background: list[HookProcess] = []
         self.wget_log = ""
         self.navigate_error = ""
+        self.basic_auth: BasicAuthResponder | None = None
 
     async def run(self) -> TaskCompleted:
         task = self.task
         hooks = self.x.catalog.snapshot_hooks(task.plugins)
         refusal = await asyncio.to_thread(url_refusal, self.x.policy, task.url)
-        if refusal:  # the page itself may not be fetched: say so once per hook, run nothing
+        if refusal:  # the page itself may not be fetched: each hook skipped, the page marked refused
             for hook in hooks:
                 await self.x.publish_result(_result(task, hook, "skipped", refusal))
             log.warning("task %s: %s", task.task_id, refusal)
+            self.completed.refused = refusal
             return self.completed
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -265,6 +268,8 @@ class TaskRun:
                 await self._run_hook(hook)
             await self._stop_background()
         finally:
+            if self.basic_auth is not None:
+                await self.basic_auth.close()
             await asyncio.shield(self._reap())
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
             remove_executor_internal(self.snap_dir)  # the browser's DevTools address, among others
@@ -327,6 +332,8 @@ class TaskRun:
             if hook.is_background:
                 await proc.wait_ready(self.cancelled)
                 self.background.append(proc)
+                if hook.plugin == "chrome" and "chrome_tab" in hook.name and env.credentials:
+                    await self._answer_basic_auth()
                 return
             await proc.wait(self.cancelled)
             span.set_attribute("process.exit_code", proc.exit_code if proc.exit_code is not None else -1)
@@ -394,6 +401,17 @@ class TaskRun:
             result.output_str[:80],
             result.notes[:200],
         )
+
+    async def _answer_basic_auth(self) -> None:
+        """The tab is open: give it the page's credentials over DevTools before it navigates."""
+        user, password = self.env.credentials
+        responder = BasicAuthResponder(self.snap_dir / "chrome", self.task.url, user, password)
+        try:
+            await responder.start()
+        except (OSError, ValueError, TimeoutError) as exc:  # the page is then captured without them
+            log.warning("%s: could not give the tab its credentials: %s", self.task.snapshot_id, exc)
+            return
+        self.basic_auth = responder
 
     def _finalize_warcs(self, started: float) -> None:
         """wget's WARCs named with the snapshot id and given the addresses the proxy connected to

@@ -7,11 +7,21 @@ TLS), the database keeps only its sha256 (a copied database holds no usable sess
 token is made at every login (no session fixation); ``/logout`` deletes the row. Sessions last
 ``SESSION_MAX_AGE`` seconds from their last use. API tokens (``auth``) are a separate thing for
 scripts: the JSON API never accepts a session cookie, so a page can't use one to drive it.
+
+Guessing passwords is throttled the way django-axes and Authelia's regulation do it, in the
+database so every ingest replica counts the same failures: ``MAX_ACCOUNT_FAILURES`` wrong logins
+for one account name, or ``MAX_CLIENT_FAILURES`` from one client address, within
+``FAILURE_WINDOW`` lock that name or address out for ``LOCKOUT`` (doubling for each lock-out in a
+row, at most ``MAX_LOCKOUT``); a locked-out login is refused without checking the password (a
+429 with ``Retry-After``), a success clears the account's count. Unknown names are counted like
+real ones and every refusal reads the same, so the answers never tell which accounts exist.
+Each failure and lock-out is logged with the name and address.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 from dataclasses import dataclass
@@ -25,11 +35,18 @@ from litestar.handlers.base import BaseRouteHandler
 from sqlalchemy import delete, select, update
 
 from boxcar.shared.clock import utcnow
-from boxcar.shared.db import Database
-from boxcar.shared.db.models import User, UserSession
+from boxcar.shared.db import Database, insert_for
+from boxcar.shared.db.models import LoginThrottle, User, UserSession
 from boxcar.shared.ids import new_id
 
+log = logging.getLogger("boxcar.ingest.accounts")
+
 SESSION_COOKIE = "boxcar_session"
+MAX_ACCOUNT_FAILURES = 5
+MAX_CLIENT_FAILURES = 20
+FAILURE_WINDOW = timedelta(minutes=15)
+LOCKOUT = timedelta(minutes=1)
+MAX_LOCKOUT = timedelta(hours=1)
 USERNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _hasher = PasswordHasher()  # Argon2id with argon2-cffi's current (RFC 9106 low-memory) parameters
 # Checked against when a user name is unknown, so a login takes as long either way.
@@ -113,6 +130,60 @@ def authenticate(db: Database, username: str, password: str) -> str | None:
         with db.write() as s:
             s.execute(update(User).where(User.id == user.id).values(password_hash=_hasher.hash(password)))
     return user.id
+
+
+def _throttle_keys(username: str, client: str) -> list[tuple[str, int]]:
+    return [(f"account:{username[:64].lower()}", MAX_ACCOUNT_FAILURES), (f"client:{client[:120]}", MAX_CLIENT_FAILURES)]
+
+
+def login_locked(db: Database, username: str, client: str) -> float:
+    """Seconds until ``username`` may try again from ``client`` (0.0: it may try now)."""
+    now = utcnow()
+    keys = [key for key, _ in _throttle_keys(username, client)]
+    with db.read() as s:
+        until = [t for t in s.scalars(select(LoginThrottle.locked_until).where(LoginThrottle.key.in_(keys))) if t]
+    return max([(t - now).total_seconds() for t in until] + [0.0])
+
+
+def record_login_failure(db: Database, username: str, client: str) -> float:
+    """Count a wrong login against the account name and the client address; returns the seconds
+    of a lock-out it started (0.0 when none)."""
+    now = utcnow()
+    locked = 0.0
+    with db.write() as s:
+        for key, limit in _throttle_keys(username, client):
+            insert = insert_for(s)
+            s.execute(
+                insert(LoginThrottle)
+                .values(key=key, failures=0, window_started_at=now, lockouts=0)
+                .on_conflict_do_nothing(index_elements=["key"])
+            )
+            row = s.scalar(select(LoginThrottle).where(LoginThrottle.key == key).with_for_update())
+            if now - row.window_started_at > FAILURE_WINDOW:
+                row.failures, row.window_started_at = 0, now
+                if row.locked_until is None or row.locked_until < now - FAILURE_WINDOW:
+                    row.lockouts = 0  # a quiet window forgives earlier lock-outs
+            row.failures += 1
+            if row.failures >= limit:
+                duration = min(MAX_LOCKOUT, LOCKOUT * 2**row.lockouts)
+                row.locked_until, row.failures, row.window_started_at = now + duration, 0, now
+                row.lockouts += 1
+                locked = max(locked, duration.total_seconds())
+                log.warning("login %s locked out for %ds after %d failed logins", key, duration.total_seconds(), limit)
+    log.warning("failed login for %r from %s", username[:64], client)
+    return locked
+
+
+def clear_login_failures(db: Database, username: str) -> None:
+    """A successful login: the account's failures are forgotten (the client's are not)."""
+    key = _throttle_keys(username, "")[0][0]
+    with db.write() as s:
+        s.execute(delete(LoginThrottle).where(LoginThrottle.key == key))
+
+
+def retry_after(seconds: float) -> str:
+    """Whole seconds for a ``Retry-After`` header (at least 1)."""
+    return str(max(1, int(seconds + 0.999)))
 
 
 def start_session(db: Database, user_id: str, max_age: int) -> str:

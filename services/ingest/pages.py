@@ -46,7 +46,9 @@ def _archive_base(request: Request) -> str:
     return ""
 
 
-async def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Template:
+async def render(
+    request: Request, name: str, status_code: int = 200, headers: dict[str, str] | None = None, **context: Any
+) -> Template:
     """A page with what every template uses: the viewer, the archive link prefix, the query."""
     return Template(
         template_name=name,
@@ -57,6 +59,7 @@ async def render(request: Request, name: str, status_code: int = 200, **context:
             **context,
         },
         status_code=status_code,
+        headers=headers,
     )
 
 
@@ -405,7 +408,22 @@ class AccountPages(Controller):
         state = request.app.state
         username, password = str(form.get("username", ""))[:64], str(form.get("password", ""))[:1024]
         next_url = _safe_next(str(form.get("next", "/")))
-        user_id = await anyio.to_thread.run_sync(accounts.authenticate, state.db, username, password)
+        client = request.client.host if request.client else ""
+        wait = await anyio.to_thread.run_sync(accounts.login_locked, state.db, username, client)
+        user_id = None if wait else await anyio.to_thread.run_sync(accounts.authenticate, state.db, username, password)
+        if user_id is None and not wait:
+            wait = await anyio.to_thread.run_sync(accounts.record_login_failure, state.db, username, client)
+        if wait:  # the same answer for every name: locked-out logins never reveal which exist
+            minutes = max(1, round(wait / 60))
+            return await render(
+                request,
+                "login.html",
+                status_code=429,
+                headers={"Retry-After": accounts.retry_after(wait)},
+                next=next_url,
+                flash=f"Too many failed logins. Try again in {minutes} minute{'s' if minutes > 1 else ''}.",
+                flash_kind="error",
+            )
         if user_id is None:
             return await render(
                 request,
@@ -415,6 +433,7 @@ class AccountPages(Controller):
                 flash="Wrong user name or password.",
                 flash_kind="error",
             )
+        await anyio.to_thread.run_sync(accounts.clear_login_failures, state.db, username)
         old = request.cookies.get(SESSION_COOKIE, "")
         await anyio.to_thread.run_sync(accounts.end_session, state.db, old)
         token = await anyio.to_thread.run_sync(

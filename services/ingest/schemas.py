@@ -80,6 +80,12 @@ class CrawlStatus(msgspec.Struct):
     error: str = ""  # why the crawl was given up, when it was
     #: sealed snapshots whose index.jsonl is not written yet (0 once everything is projected)
     results_pending: int = 0
+    #: URLs merged into a snapshot of another crawl that is archiving or archived them (ONLY_NEW)
+    merged: int = 0
+    #: snapshots the egress policy refused to fetch, and why, once per kind of refusal (e.g. "a
+    #: private or special-purpose address; set URL_ALLOW_PRIVATE=true to archive your LAN")
+    refused: int = 0
+    refusal: str = ""
 
 
 class ResultOut(msgspec.Struct):
@@ -111,6 +117,8 @@ class SnapshotOut(msgspec.Struct):
     http_status: int | None = None
     final_url: str | None = None
     network_error: str = ""
+    #: why the egress policy refused to fetch the page ("" when it did not)
+    refusal: str = ""
 
 
 class SnapshotPage(msgspec.Struct):

@@ -27,6 +27,7 @@ from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import ConfigError, CrawlConfig
 from boxcar.shared.db import Database, insert_seeds
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Status, Tag
+from boxcar.shared.egress import refusal_kind
 from boxcar.shared.families import FamilyTable
 from boxcar.shared.messages import Seed, clean_tags, clean_text
 from boxcar.shared.plugins import PluginCatalog
@@ -325,6 +326,11 @@ class CrawlService:
                     in_crawl, Snapshot.status == Status.SEALED, Snapshot.attempts > 0, Snapshot.indexed_at.is_(None)
                 )
             )
+            refused = s.scalar(select(func.count()).where(in_crawl, Snapshot.refusal != ""))
+            refusals = (
+                s.scalars(select(Snapshot.refusal).where(in_crawl, Snapshot.refusal != "").limit(50)) if refused else []
+            )
+            refusal = "; or ".join(dict.fromkeys(refusal_kind(r) for r in refusals))
         counts = {k: snapshots.get(k, 0) for k in ("queued", "started", "paused", "sealed")}
         counts["total"] = sum(snapshots.values())
         result_counts = {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")}
@@ -347,6 +353,9 @@ class CrawlService:
             cancelled=crawl.cancelled_at is not None,
             error=crawl.error,
             results_pending=pending or 0,
+            merged=crawl.merged,
+            refused=refused or 0,
+            refusal=refusal or "",
         )
 
     def list_snapshots(self, crawl_id: str | None, limit: int, offset: int) -> SnapshotPage:
@@ -403,6 +412,7 @@ class CrawlService:
                 http_status=x.http_status,
                 final_url=x.final_url,
                 network_error=x.network_error,
+                refusal=x.refusal,
                 tags=tags[x.id],
                 results=results[x.id],
             )

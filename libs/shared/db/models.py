@@ -74,6 +74,12 @@ def url_hash(url: str) -> str:
     return hashlib.sha256(url_key(url).encode("utf-8")).hexdigest()
 
 
+def dedup_key(user: str, url_hash_: str) -> str:
+    """The key of "this user archived this URL" (``Snapshot.dedup_key``): sha256 of the user name
+    and the URL's ``url_hash``."""
+    return hashlib.sha256(f"{user}\n{url_hash_}".encode()).hexdigest()
+
+
 class UTCDateTime(TypeDecorator):
     """A DateTime that always round-trips as aware UTC (SQLite has no time zones)."""
 
@@ -137,6 +143,8 @@ class Crawl(Base):
     cancelled_at: Mapped[datetime | None]
     #: why the crawl was given up (a step kept failing), shown with it
     error: Mapped[str] = mapped_column(Text, default="")
+    #: URLs merged into a snapshot of another crawl, open or archived (``ONLY_NEW``)
+    merged: Mapped[int] = mapped_column(Integer, default=0)
 
     @classmethod
     def new(cls, *, user: str, first_url: str, seed_count: int, now: datetime | None = None, **fields: Any) -> Crawl:
@@ -219,6 +227,7 @@ class Snapshot(Base):
         Index("ix_snapshot_crawl_id_status", "crawl_id", "status"),
         Index("ix_snapshot_status_retry_at", "status", "retry_at"),
         Index("ix_snapshot_crawl_id_status_depth_created_at", "crawl_id", "status", "depth", "created_at"),
+        Index("uq_snapshot_dedup_key", "dedup_key", unique=True),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -253,6 +262,12 @@ class Snapshot(Base):
     #: results its plan ends with (one per hook), set when it is sealed: the index is complete
     #: once the projector has that many
     expected_results: Mapped[int] = mapped_column(Integer, default=0)
+    #: ``dedup_key(user, url_hash)`` while this snapshot stands for "archived or being archived"
+    #: (made by an ``ONLY_NEW`` crawl; released when it sealed with nothing archived): unique, so
+    #: concurrent crawls of one URL make one snapshot (``crawl_runner.queries.insert_snapshots``)
+    dedup_key: Mapped[str | None] = mapped_column(String(64))
+    #: why the egress policy refused to fetch the page ("" when it did not), shown once per page
+    refusal: Mapped[str] = mapped_column(Text, default="")
 
 
 class SnapshotTask(Base):
@@ -456,6 +471,20 @@ class User(Base):
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_login_at: Mapped[datetime | None]
+
+
+class LoginThrottle(Base):
+    """Failed logins of one account name or one client address (``ingest.accounts``): the count
+    in the current window and, once over the limit, until when logins are refused."""
+
+    __tablename__ = "login_throttle"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)  # "account:<name>" / "client:<address>"
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    window_started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: how many times this key was locked out in a row (each lock-out twice as long)
+    lockouts: Mapped[int] = mapped_column(Integer, default=0)
+    locked_until: Mapped[datetime | None]
 
 
 class UserSession(Base):

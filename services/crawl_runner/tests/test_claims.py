@@ -5,11 +5,22 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from boxcar.crawl_runner import queries as q
 from boxcar.shared.clock import utcnow
-from boxcar.shared.db.models import QUEUED, STARTED, Crawl, Snapshot, SnapshotTask, TaskStatus
+from boxcar.shared.db.models import (
+    QUEUED,
+    STARTED,
+    Crawl,
+    Snapshot,
+    SnapshotTag,
+    SnapshotTask,
+    Tag,
+    TaskStatus,
+    dedup_key,
+    url_hash,
+)
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import Seed
 
@@ -121,3 +132,79 @@ def test_inserts_are_batched_and_percent_escape_case_is_one_page(db):
     with db.read() as s:
         assert s.scalar(select(func.count()).where(Snapshot.crawl_id == crawl_id)) == 5001
         assert s.scalar(select(Snapshot.url).where(Snapshot.url.like("%b.html"))) == urls[-2]
+
+
+def _snapshots_of(db, url: str) -> list[Snapshot]:
+    with db.read() as s:
+        return list(s.scalars(select(Snapshot).where(Snapshot.url == url)))
+
+
+def test_concurrent_only_new_crawls_of_one_url_make_one_snapshot_and_merge_the_rest(db):
+    """Five crawls of the same 20 URLs inserting at once (the issue's five ``boxcar add``): the
+    unique ``dedup_key`` decides, so there are 20 snapshots; the other 80 seeds are merged, their
+    tags on the one snapshot."""
+    urls = [f"https://example.com/page/{i}" for i in range(20)]
+    now = utcnow()
+    crawls = [
+        Crawl(id=new_id(), status=STARTED, retry_at=now, output_dir="x", seed_count=20, seeded=20, tags_str=f"t{n}")
+        for n in range(5)
+    ]
+    with db.write() as s:
+        s.add_all(crawls)
+    barrier = threading.Barrier(5)
+    errors = []
+
+    def insert(crawl: Crawl) -> None:
+        barrier.wait()
+        try:
+            with db.write() as s:
+                q.insert_snapshots(
+                    s, crawl, [Seed.parse(u) for u in urls], depth=0, parent_id=None, now=utcnow(), only_new=True
+                )
+        except Exception as exc:  # surfaced below: a unique violation escaping would be the bug
+            errors.append(exc)
+
+    threads = [threading.Thread(target=insert, args=(c,)) for c in crawls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with db.read() as s:
+        assert s.scalar(select(func.count()).select_from(Snapshot)) == 20
+        merged = dict(s.execute(select(Crawl.id, Crawl.merged)).all())
+        assert sum(merged.values()) == 80
+        tags = s.scalars(
+            select(Tag.name)
+            .join(SnapshotTag, SnapshotTag.tag_id == Tag.id)
+            .where(SnapshotTag.snapshot_id.in_(select(Snapshot.id).where(Snapshot.url == urls[0])))
+        ).all()
+        assert sorted(tags) == [f"t{n}" for n in range(5)]  # every crawl's tags reached the one snapshot
+
+
+def test_a_url_that_archived_nothing_is_captured_again_and_archive_again_is_never_merged(db):
+    url = "https://example.com/flaky"
+    first = new_crawl(db, [url])
+    now = utcnow()
+    with db.write() as s:  # the first crawl's snapshot is open: an ONLY_NEW crawl merges into it
+        second = Crawl(id=new_id(), status=STARTED, retry_at=now, output_dir="x", seed_count=1, seeded=1)
+        s.add(second)
+        s.flush()
+        s.execute(
+            update(Snapshot).where(Snapshot.crawl_id == first).values(dedup_key=dedup_key("system", url_hash(url)))
+        )
+        created, _ = q.insert_snapshots(s, second, [Seed.parse(url)], depth=0, parent_id=None, now=now, only_new=True)
+        assert created == [] and s.get(Crawl, second.id).merged == 1
+    with db.write() as s:  # sealed with nothing archived: its key is released, the URL captured again
+        s.execute(update(Snapshot).where(Snapshot.crawl_id == first).values(status="sealed", retry_at=None))
+        third = Crawl(id=new_id(), status=STARTED, retry_at=now, output_dir="x", seed_count=1, seeded=1)
+        s.add(third)
+        s.flush()
+        created, _ = q.insert_snapshots(s, third, [Seed.parse(url)], depth=0, parent_id=None, now=now, only_new=True)
+        assert len(created) == 1
+        again = Crawl(id=new_id(), status=STARTED, retry_at=now, output_dir="x", seed_count=1, seeded=1)
+        s.add(again)
+        s.flush()  # ONLY_NEW off ("archive again"): a snapshot of its own, whatever holds the key
+        created, _ = q.insert_snapshots(s, again, [Seed.parse(url)], depth=0, parent_id=None, now=now)
+        assert len(created) == 1
+    assert len(_snapshots_of(db, url)) == 3

@@ -210,6 +210,50 @@ def test_session_cookie_flags_login_and_logout(archive):
         assert s.scalar(select(func.count()).select_from(UserSession)) == 0
 
 
+def test_guessing_passwords_is_throttled_per_account_without_naming_accounts(archive):
+    """The probe: 30 wrong passwords in 12.6 s, no delay or lock-out. Now the fifth failure locks
+    the name out (429 with Retry-After) and then even the right password is refused unchecked; an
+    unknown name gets word for word the same answers; each failure is logged; once the lock-out
+    is over the right password works and clears the count."""
+    import logging
+
+    from sqlalchemy import update
+
+    from boxcar.shared.db.models import LoginThrottle
+
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append
+    logging.getLogger("boxcar.ingest.accounts").addHandler(handler)
+
+    def attempts(c: TestClient, username: str, passwords: list[str]) -> list:
+        token = csrf(c)
+        return [
+            c.post("/login", data={"username": username, "password": p, "_csrf_token": token}, follow_redirects=False)
+            for p in passwords
+        ]
+
+    with client(archive) as c:
+        guesses = [f"guess-{i}" for i in range(8)]
+        alice = attempts(c, "alice", [*guesses, PASSWORD])
+        mallory = attempts(c, "mallory", [*guesses, PASSWORD])
+        for answers in (alice, mallory):
+            assert [a.status_code for a in answers] == [401] * 4 + [429] * 5
+            assert all(int(a.headers["retry-after"]) > 0 for a in answers[4:])
+        # no difference between a real account and a made-up one, but for the name echoed back
+        assert [a.text.replace("mallory", "alice") for a in mallory] == [a.text for a in alice]
+        assert "Too many failed logins" in alice[-1].text
+        assert sum("failed login for 'alice'" in r.getMessage() for r in logged) == 5
+        assert any("account:alice locked out" in r.getMessage() for r in logged)
+        with archive["db"].write() as s:  # the lock-out is over
+            s.execute(update(LoginThrottle).values(locked_until=None))
+        [ok] = attempts(c, "alice", [PASSWORD])
+        assert ok.status_code == 303
+        with archive["db"].read() as s:
+            assert s.get(LoginThrottle, "account:alice") is None
+    logging.getLogger("boxcar.ingest.accounts").removeHandler(handler)
+
+
 def test_csrf_cookie_is_httponly_and_pages_refuse_framing(archive):
     with client(archive) as c:
         response = c.get("/login")
