@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -36,10 +37,12 @@ EXECUTOR_INTERNAL_FILES: dict[str, frozenset[str]] = {
 }
 
 
-def remove_executor_internal(snap_dir: Path) -> None:
-    """Delete ``EXECUTOR_INTERNAL_FILES`` from a snapshot dir (its task has ended)."""
-    for plugin, names in EXECUTOR_INTERNAL_FILES.items():
-        for name in names:
+def remove_executor_internal(snap_dir: Path, plugins: Iterable[str]) -> None:
+    """Delete the ``EXECUTOR_INTERNAL_FILES`` of ``plugins`` from a snapshot dir, once the task
+    that ran them has ended (only theirs: a sibling task of the same stage may still be using its
+    own, e.g. the browser task while the fetch task ends)."""
+    for plugin in set(plugins):
+        for name in EXECUTOR_INTERNAL_FILES.get(plugin, ()):
             (snap_dir / plugin / name).unlink(missing_ok=True)
 
 

@@ -272,7 +272,9 @@ class TaskRun:
                 await self.basic_auth.close()
             await asyncio.shield(self._reap())
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
-            remove_executor_internal(self.snap_dir)  # the browser's DevTools address, among others
+            # the browser's DevTools address, among others: only this task's own (a sibling
+            # task of the stage may still be using its plugins' files)
+            remove_executor_internal(self.snap_dir, (hook.plugin for hook in hooks))
             if env.secrets:
                 await asyncio.to_thread(env.scrub, self.snap_dir, began)
         self._page_response()

@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio.to_thread
 from litestar import Litestar, Request, Response, get
 from litestar.config.csrf import CSRFConfig
-from litestar.datastructures import ResponseHeader, State
+from litestar.datastructures import MutableScopeHeaders, ResponseHeader, State
 from litestar.di import Provide
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, ServiceUnavailableException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.htmx import HTMXPlugin
@@ -29,7 +29,6 @@ from boxcar.ingest.archive import ArchiveFiles
 from boxcar.ingest.archive_pages import ArchiveFilesController, ReplayController
 from boxcar.ingest.auth import ensure_local_token, require_read_access
 from boxcar.ingest.controllers import (
-    SECURITY,
     CrawlControlController,
     CrawlController,
     FeedController,
@@ -39,6 +38,7 @@ from boxcar.ingest.controllers import (
 )
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotLibrary
+from boxcar.ingest.openapi import READS, SECURITY, components, document
 from boxcar.ingest.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.ingest.services import CrawlService
 from boxcar.ingest.signals import Signals
@@ -53,7 +53,7 @@ log = logging.getLogger("boxcar.ingest")
 HERE = Path(__file__).resolve().parent
 
 
-@get("/healthz", operation_id="Health", tags=["health"])
+@get("/healthz", operation_id="Health", tags=["health"], raises=[ServiceUnavailableException])
 async def health(state: State) -> Response[dict[str, bool]]:
     """Readiness: ``db`` whether the database answers (503 when it does not: the API cannot serve),
     ``nats`` whether wake-ups and control requests reach the runners."""
@@ -94,7 +94,14 @@ def internal_error(request: Request, exc: Exception) -> Response:
     return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)
 
 
-@get("/api/v1/status", operation_id="StackStatus", tags=["status"], guards=[require_read_access], security=SECURITY)
+@get(
+    "/api/v1/status",
+    operation_id="StackStatus",
+    tags=["status"],
+    guards=[require_read_access],
+    security=SECURITY,
+    raises=READS,
+)
 async def status(state: State) -> StackStatus:
     """The stack at a glance: crawls and snapshots by status, archive size and free disk, and per
     executor family the tasks waiting and whether an executor is there to take them
@@ -149,7 +156,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             status_code=413,
         )
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             CrawlController,
             CrawlControlController,
@@ -206,9 +213,28 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             version="0.1.0",
             path="/schema",
             description="Self-hosted web archiver: queue URLs, follow crawls.",
+            components=components(),
         ),
         request_max_body_size=settings.max_request_body,
+        before_send=[allow_every_method],
     )
+    document(app)
+    return app
+
+
+async def allow_every_method(message, scope) -> None:
+    """``Allow`` on an automatic ``OPTIONS`` answer lists every method of the path. Litestar
+    rebuilds a path's route as handlers are added to it, and the ``OPTIONS`` handler made for the
+    first build keeps answering that build's methods (``OPTIONS, POST`` on ``/api/v1/feeds``,
+    which has ``GET`` too)."""
+    if message["type"] != "http.response.start" or scope.get("method") != "OPTIONS":
+        return
+    handler = scope.get("route_handler")
+    methods: set[str] = set()
+    for path in getattr(handler, "paths", ()):
+        methods |= set(scope["app"].route_handler_method_map.get(path, {}))
+    if methods:
+        MutableScopeHeaders.from_message(message)["Allow"] = ", ".join(sorted(methods))
 
 
 TEMPLATES = TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine)

@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
+import msgspec
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.datastructures import UploadFile
 from litestar.di import NamedDependency
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.exceptions import NotFoundException, ServiceUnavailableException, ValidationException
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
 from litestar.params import JSONBody, PathParameter, QueryParameter
 from litestar.status_codes import (
     HTTP_201_CREATED,
     HTTP_202_ACCEPTED,
-    HTTP_409_CONFLICT,
-    HTTP_422_UNPROCESSABLE_ENTITY,
-    HTTP_503_SERVICE_UNAVAILABLE,
 )
 
 from boxcar.ingest.auth import require_read_access, require_token
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
+from boxcar.ingest.openapi import (
+    READ_ONE,
+    READS,
+    SECURITY,
+    WRITE_ONE,
+    WRITES,
+    Conflict,
+    TooLarge,
+    Unprocessable,
+)
 from boxcar.ingest.schemas import (
     ControlAccepted,
     CrawlCreate,
@@ -42,22 +50,57 @@ from boxcar.ingest.services import CrawlService, InputError
 from boxcar.ingest.signals import BusUnavailable, Signals
 from boxcar.shared.messages import CrawlControl, ScheduleControl
 
-SECURITY = [{"BearerToken": []}, {"ApiKey": []}]
 ID_PATTERN = r"^[0-9a-f]{32}$"
 ObjectId = Annotated[str, PathParameter(pattern=ID_PATTERN, description="32 hex characters")]
 
 
-def unprocessable(exc: InputError) -> HTTPException:
-    return HTTPException(status_code=HTTP_422_UNPROCESSABLE_ENTITY, detail=str(exc), extra={"field": exc.field})
+async def strict_body[T](request: Request, struct: type[T]) -> T:
+    """The request's JSON body decoded *strictly*, as the OpenAPI document describes it.
+
+    Litestar decodes ``data`` (which gives the document its schema) with msgspec's lenient
+    conversion: ``0`` for ``false``, ``"2"`` for ``2``. The API takes exactly the types it
+    documents, so handlers use this decoding of the same (cached) body instead. JSON has one
+    number type, so ``3.0`` is the integer ``3``, as JSON Schema reads it.
+
+    Raises:
+        ValidationException: a 400 naming the field and what was expected (msgspec's words).
+    """
+    try:
+        return msgspec.convert(_integral(msgspec.json.decode(await request.body())), type=struct, strict=True)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValidationException(detail=f"Validation failed for {request.method} {request.url.path}: {exc}") from None
+
+
+def _integral(value: Any) -> Any:
+    """``value`` with every float that has no fractional part made an int (``3.0`` → ``3``)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    return value
+
+
+def unprocessable(exc: InputError) -> Unprocessable:
+    return Unprocessable(detail=str(exc), extra={"field": exc.field})
 
 
 class CrawlController(Controller):
     path = "/api/v1/crawls"
     tags = ["crawls"]
 
-    @post("/", operation_id="CreateCrawl", status_code=HTTP_201_CREATED, guards=[require_token], security=SECURITY)
+    @post(
+        "/",
+        operation_id="CreateCrawl",
+        status_code=HTTP_201_CREATED,
+        guards=[require_token],
+        security=SECURITY,
+        raises=WRITES,
+    )
     async def create_crawl(
         self,
+        request: Request,
         data: JSONBody[CrawlCreate],
         crawl_service: NamedDependency[CrawlService],
         signals: NamedDependency[Signals],
@@ -72,6 +115,7 @@ class CrawlController(Controller):
             The new crawl's id; follow it with ``GET /api/v1/crawls/{id}``. ``urls`` counts the
             URLs queued after merging duplicates and skipping ones archived before (``only_new``).
         """
+        data = await strict_body(request, CrawlCreate)
         try:
             crawl, admission = await anyio.to_thread.run_sync(crawl_service.create_crawl, data)
         except InputError as exc:
@@ -86,7 +130,12 @@ class CrawlController(Controller):
         )
 
     @get(
-        "/{crawl_id:str}", operation_id="GetCrawl", sync_to_thread=True, guards=[require_read_access], security=SECURITY
+        "/{crawl_id:str}",
+        operation_id="GetCrawl",
+        sync_to_thread=True,
+        guards=[require_read_access],
+        security=SECURITY,
+        raises=READ_ONE,
     )
     def get_crawl(self, crawl_id: ObjectId, crawl_service: NamedDependency[CrawlService]) -> CrawlStatus:
         """A crawl's status with its snapshots and results counted by status.
@@ -105,7 +154,14 @@ class SnapshotController(Controller):
     path = "/api/v1/snapshots"
     tags = ["snapshots"]
 
-    @get("/", operation_id="ListSnapshots", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
+    @get(
+        "/",
+        operation_id="ListSnapshots",
+        sync_to_thread=True,
+        guards=[require_read_access],
+        security=SECURITY,
+        raises=READS,
+    )
     def list_snapshots(
         self,
         crawl_service: NamedDependency[CrawlService],
@@ -123,6 +179,7 @@ class SnapshotController(Controller):
         operation_id="DeleteSnapshot",
         guards=[require_token],
         security=SECURITY,
+        raises=[*WRITE_ONE, Conflict],
         sync_to_thread=True,
     )
     def delete_snapshot(self, snapshot_id: ObjectId, library: NamedDependency[SnapshotLibrary]) -> None:
@@ -134,7 +191,7 @@ class SnapshotController(Controller):
         try:
             found = library.delete(snapshot_id)
         except SnapshotBusy as exc:
-            raise HTTPException(status_code=HTTP_409_CONFLICT, detail=str(exc)) from None
+            raise Conflict(detail=str(exc)) from None
         if not found:
             raise NotFoundException(f"no snapshot {snapshot_id}")
 
@@ -143,7 +200,7 @@ class SearchController(Controller):
     path = "/api/v1/search"
     tags = ["search"]
 
-    @get("/", operation_id="Search", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
+    @get("/", operation_id="Search", sync_to_thread=True, guards=[require_read_access], security=SECURITY, raises=READS)
     def search(
         self,
         library: NamedDependency[SnapshotLibrary],
@@ -262,6 +319,7 @@ class ImportController(Controller):
         status_code=HTTP_201_CREATED,
         guards=[require_token],
         security=SECURITY,
+        raises=[*WRITES, TooLarge],
         operation_class=ImportOperation,
     )
     async def import_file(
@@ -364,8 +422,8 @@ class ImportController(Controller):
         return files, params
 
 
-def unavailable(exc: BusUnavailable) -> HTTPException:
-    return HTTPException(status_code=HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc))
+def unavailable(exc: BusUnavailable) -> ServiceUnavailableException:
+    return ServiceUnavailableException(detail=str(exc))
 
 
 class CrawlControlController(Controller):
@@ -378,6 +436,7 @@ class CrawlControlController(Controller):
         status_code=HTTP_202_ACCEPTED,
         guards=[require_token],
         security=SECURITY,
+        raises=WRITE_ONE,
     )
     async def control(
         self,
@@ -405,12 +464,24 @@ class FeedController(Controller):
     path = "/api/v1/feeds"
     tags = ["feeds"]
 
-    @post("/", operation_id="CreateFeed", status_code=HTTP_201_CREATED, guards=[require_token], security=SECURITY)
+    @post(
+        "/",
+        operation_id="CreateFeed",
+        status_code=HTTP_201_CREATED,
+        guards=[require_token],
+        security=SECURITY,
+        raises=WRITES,
+    )
     async def create_feed(
-        self, data: JSONBody[FeedCreate], feed_service: NamedDependency[FeedService], signals: NamedDependency[Signals]
+        self,
+        request: Request,
+        data: JSONBody[FeedCreate],
+        feed_service: NamedDependency[FeedService],
+        signals: NamedDependency[Signals],
     ) -> FeedOut:
         """Subscribe to an RSS, Atom or JSON feed: polled on ``schedule`` (first poll now); each
         poll archives the items not seen before (by GUID, else link)."""
+        data = await strict_body(request, FeedCreate)
         try:
             feed = await anyio.to_thread.run_sync(feed_service.create, data)
         except InputError as exc:
@@ -418,12 +489,26 @@ class FeedController(Controller):
         await signals.feed_due(feed.id)
         return feed
 
-    @get("/", operation_id="ListFeeds", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
+    @get(
+        "/",
+        operation_id="ListFeeds",
+        sync_to_thread=True,
+        guards=[require_read_access],
+        security=SECURITY,
+        raises=READS,
+    )
     def list_feeds(self, feed_service: NamedDependency[FeedService]) -> list[FeedOut]:
         """Every feed subscription with its polling state (last error, next poll, items seen)."""
         return feed_service.list()
 
-    @get("/{feed_id:str}", operation_id="GetFeed", sync_to_thread=True, guards=[require_read_access], security=SECURITY)
+    @get(
+        "/{feed_id:str}",
+        operation_id="GetFeed",
+        sync_to_thread=True,
+        guards=[require_read_access],
+        security=SECURITY,
+        raises=READ_ONE,
+    )
     def get_feed(self, feed_id: ObjectId, feed_service: NamedDependency[FeedService]) -> FeedOut:
         """One feed subscription."""
         feed = feed_service.get(feed_id)
@@ -431,11 +516,22 @@ class FeedController(Controller):
             raise NotFoundException(f"no feed {feed_id}")
         return feed
 
-    @patch("/{feed_id:str}", operation_id="UpdateFeed", guards=[require_token], security=SECURITY)
+    @patch(
+        "/{feed_id:str}",
+        operation_id="UpdateFeed",
+        guards=[require_token],
+        security=SECURITY,
+        raises=[*WRITE_ONE, Unprocessable],
+    )
     async def update_feed(
-        self, feed_id: ObjectId, data: JSONBody[FeedUpdate], feed_service: NamedDependency[FeedService]
+        self,
+        request: Request,
+        feed_id: ObjectId,
+        data: JSONBody[FeedUpdate],
+        feed_service: NamedDependency[FeedService],
     ) -> FeedOut:
         """Change a subscription's schedule, tags, depth, plugins, label or config."""
+        data = await strict_body(request, FeedUpdate)
         try:
             feed = await anyio.to_thread.run_sync(feed_service.update, feed_id, data)
         except InputError as exc:
@@ -444,7 +540,7 @@ class FeedController(Controller):
             raise NotFoundException(f"no feed {feed_id}")
         return feed
 
-    @delete("/{feed_id:str}", operation_id="DeleteFeed", guards=[require_token], security=SECURITY)
+    @delete("/{feed_id:str}", operation_id="DeleteFeed", guards=[require_token], security=SECURITY, raises=WRITE_ONE)
     async def delete_feed(self, feed_id: ObjectId, feed_service: NamedDependency[FeedService]) -> None:
         """Unsubscribe (crawls already made stay)."""
         if not await anyio.to_thread.run_sync(feed_service.delete, feed_id):
@@ -456,6 +552,7 @@ class FeedController(Controller):
         status_code=HTTP_202_ACCEPTED,
         guards=[require_token],
         security=SECURITY,
+        raises=WRITE_ONE,
     )
     async def control(
         self,
