@@ -8,14 +8,14 @@ as the fallback — and reports a table. A second run finds everything and insta
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 from boxcar.binary_resolver.resolver import resolve_binary
 from boxcar.shared.binaries import DISABLED_BY_DEFAULT, ESBUILD
 from boxcar.shared.families import load_families
 from boxcar.shared.messages import BinaryReply, BinaryRequest
-from boxcar.shared.plugins import PRIVATE_ENV_KEYS, PluginCatalog
+from boxcar.shared.plugins import PluginCatalog
+from boxcar.shared.secrets import public_environ
 from boxcar.shared.settings import Settings
 
 
@@ -55,7 +55,7 @@ def install(
         for p in settings.plugins
         if families is None or ((f := table.family_of(p)) is not None and f.name in families)
     ]
-    environ = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV_KEYS}
+    environ = public_environ()
     environ["ABXPKG_LIB_DIR"] = str(settings.lib_dir)
     plugins = catalog.with_requirements(selected)
     report = InstallReport()

@@ -24,7 +24,6 @@ from boxcar.shared.binaries import DISABLED_BY_DEFAULT, apply_override, enabled_
 HOOK_NAME = re.compile(r"^on_(?P<event>[A-Za-z]+)__(?:(?P<order>\d+)_)?(?P<desc>.+)$")
 HOOK_SUFFIXES = {".py": "python", ".js": "node"}
 # Settings of Boxcar itself that hooks must never see (credentials, service wiring).
-PRIVATE_ENV_KEYS = frozenset({"DATABASE_URL", "NATS_URL", "BOXCAR_API_TOKEN", "PGPASSWORD", "SECRET_KEY"})
 
 
 class Hook(msgspec.Struct, frozen=True):

@@ -18,6 +18,7 @@ import base64
 import functools
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -26,6 +27,31 @@ from boxcar.shared.settings import get_settings
 
 KEY_FILE = ".boxcar/secret_key"
 REDACTED = "***"
+
+#: Boxcar's own secrets in the environment: the database and NATS URLs (they may hold passwords),
+#: the CLI's API token, Postgres' password, the sealing key, tracing headers (they may hold an
+#: API key), S3 credentials. No process Boxcar starts for outside code — hooks, binary installs
+#: (npm and pip run packages' install scripts), bundlers — gets them (``public_environ``).
+PRIVATE_ENV_KEYS = frozenset(
+    {
+        "DATABASE_URL",
+        "NATS_URL",
+        "BOXCAR_API_TOKEN",
+        "PGPASSWORD",
+        "SECRET_KEY",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+    }
+)
+
+
+def public_environ(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default ``os.environ``) without ``PRIVATE_ENV_KEYS``: the environment of every
+    process Boxcar starts that runs code from outside (hooks, installs, bundlers)."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if k.upper() not in PRIVATE_ENV_KEYS}
 
 
 class SecretUnavailable(Exception):

@@ -8,20 +8,26 @@ the providers in ``BINARY_INSTALL_PROVIDERS`` (default uv, pip, npm, pnpm: manag
 published as ``events.binary.resolved`` for the result-projector's Binary rows.
 
 abx-plugins' own helpers (``load_required_binary``) build the abxpkg ``Binary``, so overrides,
-``install_root`` templates and version pins mean here exactly what they mean to the hooks.
+``install_root`` templates and version pins mean here exactly what they mean to the hooks. An
+install runs registry code (packages' install scripts), so it runs in a child process whose
+environment holds none of Boxcar's secrets (``install_in_child``, ``secrets.public_environ``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
 
 from boxcar.shared import bus, telemetry
 from boxcar.shared.messages import BinaryRecord, BinaryReply, BinaryRequest, decode, encode
+from boxcar.shared.secrets import public_environ
 from boxcar.shared.settings import Settings
 
 log = logging.getLogger("boxcar.binary_resolver")
@@ -57,7 +63,7 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
     path = os.pathsep.join(
         [str(lib_dir / "npm" / "node_modules" / ".bin"), str(lib_dir / "env" / "bin"), os.environ.get("PATH", "")]
     )
-    environ = {**os.environ, "ABXPKG_LIB_DIR": str(lib_dir), "PATH": path}
+    environ = {**public_environ(), "ABXPKG_LIB_DIR": str(lib_dir), "PATH": path}
     config = {"ABXPKG_LIB_DIR": str(lib_dir)}
     load_error = ""
     try:
@@ -78,13 +84,18 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
                 ),
             )
         log.info("installing %s via %s", request.name, ",".join(allowed))
+        chosen = {**record, "binproviders": ",".join(allowed)}
+        error = install_in_child(chosen, config, environ)
         try:
-            binary = load_required_binary(
-                {**record, "binproviders": ",".join(allowed)}, config=config, environ=environ, install=True
-            )
+            binary = None if error else load_required_binary(chosen, config=config, environ=environ)
         except Exception as exc:
+            error = str(exc)
+        if error or binary is None or not getattr(binary, "is_valid", False):
             return BinaryReply(
-                ok=False, error=f"installing {request.name} via {','.join(allowed)} failed: {exc}"[:2000]
+                ok=False,
+                error=f"installing {request.name} via {','.join(allowed)} failed: {error or 'not found after install'}"[
+                    :2000
+                ],
             )
         installed = True
     else:
@@ -108,6 +119,35 @@ def resolve_binary(request: BinaryRequest, lib_dir: Path, install_providers: lis
             env_paths=env_paths,
         ),
     )
+
+
+def install_in_child(record: dict, config: dict, environ: dict[str, str], timeout: float = 1800) -> str:
+    """Install one binary in a child process (``boxcar.binary_resolver.install``) whose environment
+    is ``environ`` — the public environment: no secret of Boxcar's reaches an install script.
+
+    Returns:
+        "" on success, else why it failed (abxpkg's words, or the child's last output).
+    """
+    job = json.dumps({"record": record, "config": config}, default=str)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "boxcar.binary_resolver.install"],
+            input=job,
+            capture_output=True,
+            text=True,
+            env=environ,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the install took longer than {timeout:.0f}s"
+    for line in reversed(done.stdout.strip().splitlines()):
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(answer, dict) and "ok" in answer:
+            return "" if answer["ok"] else str(answer.get("error") or "failed")
+    return f"the installer exited with {done.returncode}: {(done.stderr or done.stdout)[-1500:]}"
 
 
 class BinaryResolver:

@@ -2,7 +2,7 @@
 
 Layers, later ones winning:
 
-1. the executor's own environment, minus Boxcar's secrets (``PRIVATE_ENV_KEYS``) and minus every
+1. the executor's own environment, minus Boxcar's secrets (``secrets.public_environ``) and minus every
    per-crawl setting (those come only from the task, so a hook never sees a value the planner did
    not: ``CrawlConfig.plugin_environ``);
 2. the crawl's per-crawl settings (``HookTask.config``, validated at ingest);
@@ -41,7 +41,7 @@ from boxcar.hook_executor.reaper import WORKER_ENV
 from boxcar.hook_executor.warm import node_compile_cache
 from boxcar.shared import secrets, telemetry
 from boxcar.shared.crawlconfig import CrawlConfig
-from boxcar.shared.plugins import PRIVATE_ENV_KEYS, Hook, PluginCatalog
+from boxcar.shared.plugins import Hook, PluginCatalog
 from boxcar.shared.settings import Settings
 from boxcar.shared.storage import write_atomic
 from boxcar.shared.urls import with_userinfo
@@ -122,7 +122,7 @@ class HookEnvironment:
         self.catalog = catalog
         self.binaries = binaries
         machine = {k: v for k, v in (os.environ if machine_environ is None else machine_environ).items()}
-        own = {k: v for k, v in machine.items() if k not in PRIVATE_ENV_KEYS}
+        own = secrets.public_environ(machine)
         defaults = {
             k: v for k, v in boxcar_defaults(catalog).items() if k not in own and f"{k[:-5]}_DEFAULT_ARGS" not in own
         }

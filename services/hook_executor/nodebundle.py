@@ -42,7 +42,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from boxcar.shared.plugins import PRIVATE_ENV_KEYS
+from boxcar.shared.secrets import public_environ
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class PuppeteerBundles:
             self._entries = await asyncio.to_thread(entry_points, self.script_dirs)
         entries = self._entries
         # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH
-        clean = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV_KEYS and k != "NODE_PATH"}
+        clean = {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
         env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}
         out = await _run([node, str(HELPER), "resolve", *entries], env, "resolving puppeteer-core")
         found = json.loads(out)
