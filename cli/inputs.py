@@ -73,5 +73,5 @@ def parse_file(path: Path, format: str | None = None) -> importers.ImportResult:
 
 
 def rejected_json(rejected) -> dict:
-    """A rejected entry (``importers.Rejected`` or ``admission.Rejection``) as JSON: where, value, reason."""
+    """A rejected entry (``importers.Rejected``) as JSON: where, value, reason."""
     return msgspec.to_builtins(rejected)

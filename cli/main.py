@@ -24,7 +24,8 @@ from rich.table import Table
 
 from boxcar.cli.client import ApiError, BoxcarClient, local_token, running_stack
 from boxcar.cli.inputs import InputFileError, parse_file, read_file, rejected_json, split_args
-from boxcar.shared.messages import Seed
+from boxcar.shared.crawlconfig import MAX_DEPTH
+from boxcar.shared.messages import FINAL_RESULT_STATUSES, Seed
 from boxcar.shared.settings import Settings
 from boxcar.shared.urls import InvalidURL
 
@@ -152,7 +153,7 @@ def summary(state: dict, data_dir: Path) -> dict:
         "snapshots": {"total": state["snapshots"]["total"], "sealed": state["snapshots"]["sealed"]},
         "http_errors": state.get("http_errors", 0),
         "network_errors": state.get("network_errors", 0),
-        "results": {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")},
+        "results": {str(k): results.get(k, 0) for k in FINAL_RESULT_STATUSES},
         "merged": state.get("merged", 0),
         "refused": state.get("refused", 0),
         "refusal": state.get("refusal", ""),
@@ -214,7 +215,7 @@ def up(data_dir: str | None, port: int | None) -> None:
 @cli.command()
 @common_options
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--depth", default=0, type=click.IntRange(0, 4), help="Link hops to follow (0–4)")
+@click.option("--depth", default=0, type=click.IntRange(0, MAX_DEPTH), help=f"Link hops to follow (0–{MAX_DEPTH})")
 @click.option("--tag", "tags", multiple=True, help="Tag for every snapshot (repeatable)")
 @click.option("--plugins", default="", help="Comma-separated plugins (default: PLUGINS)")
 @click.option("--format", "format_", default=None, help="Input format of FILEs (default: detected from content)")
@@ -411,7 +412,7 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
 
 @cli.command()
 @common_options
-@click.option("--depth", default=1, type=click.IntRange(0, 4), help="Link hops from the demo index (default 1)")
+@click.option("--depth", default=1, type=click.IntRange(0, MAX_DEPTH), help="Link hops from the demo index (default 1)")
 @click.option("--json", "as_json", is_flag=True)
 def demo(data_dir, depth, as_json) -> None:
     """Serve the bundled demo site on 127.0.0.1 and archive it (works offline)."""
@@ -558,7 +559,7 @@ def feeds() -> None:
 @click.argument("url")
 @click.option("--schedule", default="hourly", help="hourly, daily, weekly, monthly, yearly, or a cron expression")
 @click.option("--tag", "tags", multiple=True)
-@click.option("--depth", default=0, type=click.IntRange(0, 4))
+@click.option("--depth", default=0, type=click.IntRange(0, MAX_DEPTH))
 @click.option("--label", default="")
 @click.option("--api", default=None)
 @click.option("--token", default=None)

@@ -17,19 +17,12 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from boxcar.shared.db.models import ArchiveResult, Snapshot, url_hash
-from boxcar.shared.messages import Seed
+from boxcar.shared.importers import Rejected
+from boxcar.shared.messages import ResultStatus, Seed
 from boxcar.shared.urls import UrlFilter
 
 #: Lookups of this many keys at a time (Postgres caps a statement at 65,535 parameters).
 LOOKUP_BATCH = 1000
-
-
-class Rejection(msgspec.Struct):
-    """An entry that was not queued: where it was, its value, and why."""
-
-    where: str
-    value: str
-    reason: str
 
 
 class Admission(msgspec.Struct):
@@ -43,7 +36,7 @@ class Admission(msgspec.Struct):
     seeds: list[Seed]
     entries: int = 0
     duplicates: int = 0
-    rejected: list[Rejection] = []
+    rejected: list[Rejected] = []
     skipped_existing: int = 0
 
     def without(self, keys: set[str]) -> Admission:
@@ -73,14 +66,14 @@ def admit(seeds: Iterable[Seed], url_filter: UrlFilter, *, strict: bool = False)
     """
     merged: dict[str, Seed] = {}
     entries = duplicates = 0
-    rejected: list[Rejection] = []
+    rejected: list[Rejected] = []
     for seed in seeds:
         entries += 1
         reason = url_filter.reason(seed.url)
         if reason:
             if strict:
                 raise PolicyError(seed.source or "url", f"{reason}: {seed.url[:300]}")
-            rejected.append(Rejection(seed.source, seed.url[:300], reason))
+            rejected.append(Rejected(where=seed.source, value=seed.url[:300], reason=reason))
             continue
         key = seed.key
         known = merged.get(key)
@@ -100,6 +93,8 @@ def archived_keys(session: Session, seeds: Iterable[Seed]) -> set[str]:
     found: set[str] = set()
     for i in range(0, len(hashes), LOOKUP_BATCH):
         chunk = hashes[i : i + LOOKUP_BATCH]
-        succeeded = exists().where(ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == "succeeded")
+        succeeded = exists().where(
+            ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == ResultStatus.SUCCEEDED
+        )
         found.update(session.scalars(select(Snapshot.url_hash).where(Snapshot.url_hash.in_(chunk), succeeded)))
     return found

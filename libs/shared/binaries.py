@@ -42,6 +42,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from boxcar.shared.settings import parse_bool
+
 #: Keyed by the record's ``name`` as written in ``config.json`` (before hydration).
 DEFAULT_OVERRIDES: dict[str, dict[str, Any]] = {
     "{NODE_BINARY}": {
@@ -165,4 +167,4 @@ def apply_override(raw_name: str, record: dict[str, Any], table: Mapping[str, di
 
 def enabled_explicitly(plugin: str, environ: Mapping[str, str]) -> bool:
     """True when the environment (or crawl config) sets ``<PLUGIN>_ENABLED`` to a true value."""
-    return str(environ.get(f"{plugin.upper()}_ENABLED", "")).strip().lower() in ("1", "true", "yes", "on")
+    return parse_bool(environ.get(f"{plugin.upper()}_ENABLED", "")) is True

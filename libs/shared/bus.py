@@ -67,6 +67,15 @@ SUBJECT_ARCHIVERESULT = "events.archiveresult"
 SUBJECT_PROCESS_COMPLETED = "events.process.completed"
 SUBJECT_BINARY_RESOLVED = "events.binary.resolved"
 SUBJECT_TASK_EVENTS = "events.task.>"
+SUBJECT_TAGS_CHANGED = "events.tags.changed"
+SUBJECT_SNAPSHOT_SEALED = "events.snapshot.sealed"
+#: every event (the projector's filter), every control request (the runner's), every task
+SUBJECT_ALL_EVENTS = "events.>"
+SUBJECT_ALL_CONTROL = "control.>"
+SUBJECT_ALL_TASKS = "tasks.hooks.>"
+#: the prefixes of the process and binary events the projector stores
+PREFIX_PROCESS_EVENTS = "events.process."
+PREFIX_BINARY_EVENTS = "events.binary."
 
 RUNNER_CONSUMER = "runner"
 RUNNER_CONTROL_CONSUMER = "runner-control"
@@ -87,6 +96,16 @@ def task_completed_subject(family: str) -> str:
 def task_started_subject(family: str) -> str:
     """``events.task.started.<family>``"""
     return f"events.task.started.{family}"
+
+
+def snapshot_event_subject(status: str) -> str:
+    """``events.snapshot.<status>`` (``sealed``, ``started``, …)"""
+    return f"events.snapshot.{status}"
+
+
+def crawl_event_subject(status: str) -> str:
+    """``events.crawl.<status>``"""
+    return f"events.crawl.{status}"
 
 
 def family_consumer(family: str) -> str:

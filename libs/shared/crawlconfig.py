@@ -32,13 +32,30 @@ from typing import Any
 import msgspec
 
 from boxcar.shared.plugins import PluginCatalog
-from boxcar.shared.settings import Settings
+from boxcar.shared.settings import Settings, parse_bool
 from boxcar.shared.urls import UrlFilter
 
 MAX_TIMEOUT = 24 * 3600
 
-_BOOL_TRUE = ("1", "true", "yes", "on")
-_BOOL_FALSE = ("0", "false", "no", "off")
+#: The most link hops a crawl may follow from its seeds (``max_depth``: 0 = the seeds only).
+MAX_DEPTH = 4
+
+
+def parse_depth(value: object) -> int:
+    """A crawl's ``max_depth`` from a form or query value: a whole number 0–``MAX_DEPTH``.
+
+    Raises:
+        ValueError: anything else (the message says what is allowed).
+    """
+    try:
+        depth = int(str(value).strip() or 0)
+    except ValueError:
+        raise ValueError(f"must be a whole number 0–{MAX_DEPTH}") from None
+    if not 0 <= depth <= MAX_DEPTH:
+        raise ValueError(f"must be 0–{MAX_DEPTH}")
+    return depth
+
+
 _RESOLUTION = re.compile(r"^\d{2,5},\d{2,5}$")
 _SIZE = re.compile(r"^\d{1,12}[kmgt]?b?$", re.IGNORECASE)
 _COOKIE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -172,7 +189,8 @@ class CrawlConfig(msgspec.Struct, frozen=True):
 
     def flag(self, key: str, default: bool = False) -> bool:
         value = self.values.get(key, "").strip().lower()
-        return True if value in _BOOL_TRUE else False if value in _BOOL_FALSE else default
+        parsed = parse_bool(value)
+        return default if parsed is None else parsed
 
     def number(self, key: str, default: int = 0) -> int:
         try:
@@ -283,10 +301,10 @@ class _AllowList:
         spec = CRAWL_SETTINGS.get(key)
         kind = spec.kind if spec else _kind(key, self.types.get(key, "string"))
         if kind == "bool":
-            lowered = text.strip().lower()
-            if lowered not in _BOOL_TRUE + _BOOL_FALSE:
+            parsed = parse_bool(text)
+            if parsed is None:
                 raise ConfigError(key, f"expected true or false, got {text[:40]!r}")
-            return "true" if lowered in _BOOL_TRUE else "false"
+            return "true" if parsed else "false"
         if kind == "int":
             try:
                 number = int(text.strip())

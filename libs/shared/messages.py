@@ -33,13 +33,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
 
 from boxcar.shared.urls import canonical_parts, url_key
 
-ResultStatus = Literal["queued", "started", "backoff", "succeeded", "failed", "skipped", "noresults"]
+
+class ResultStatus(StrEnum):
+    """An ArchiveResult's status (ArchiveBox 0.9's ``ArchiveResult.StatusChoices``): the one list
+    of them. A hook's own result ends ``succeeded``, ``failed``, ``skipped`` (it does not apply, or
+    could not run: the reason says which) or ``noresults`` (it applies and found nothing)."""
+
+    QUEUED = "queued"
+    STARTED = "started"
+    BACKOFF = "backoff"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    NORESULTS = "noresults"
+
+
+#: the statuses a finished hook's result may have, in the order summaries list them
+FINAL_RESULT_STATUSES = (ResultStatus.SUCCEEDED, ResultStatus.FAILED, ResultStatus.SKIPPED, ResultStatus.NORESULTS)
 
 
 class OutputFile(msgspec.Struct, frozen=True):
@@ -410,9 +427,6 @@ class ScheduleControl(msgspec.Struct, kw_only=True):
     v: int = 1
     schedule_id: str
     action: Literal["poll", "pause", "resume"]
-
-
-SUBJECT_TAGS_CHANGED = "events.tags.changed"
 
 
 class TagsChanged(msgspec.Struct, kw_only=True):

@@ -60,6 +60,20 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 DEFAULT_URL_DENYLIST = r"\.(css|js|otf|ttf|woff|woff2|gstatic\.com|googleapis\.com/css)(\?.*)?$"
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def parse_bool(value: object) -> bool | None:
+    """A boolean setting as an environment variable, a form field or a crawl's config gives it:
+    ``1/true/yes/on`` and ``0/false/no/off`` (any case, surrounding spaces ignored; a bool is
+    itself); None for anything else, which each caller refuses or defaults in its own words."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+
+
 def _csv(value: object) -> object:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]

@@ -53,7 +53,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Update, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from boxcar.shared.db import insert_for
+from boxcar.shared.db import BATCH, attach_tags, insert_for
 from boxcar.shared.db.models import (
     OPEN_STATUSES,
     ArchiveResult,
@@ -62,20 +62,15 @@ from boxcar.shared.db.models import (
     CrawlSeed,
     FeedItem,
     Snapshot,
-    SnapshotTag,
     SnapshotTask,
     Status,
-    Tag,
     TaskStatus,
     dedup_key,
     url_hash,
 )
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import Seed
+from boxcar.shared.messages import ResultStatus, Seed
 from boxcar.shared.storage import snapshot_dir
-
-#: Rows per INSERT or IN (...) list: Postgres caps one statement at 65,535 parameters.
-BATCH = 500
 
 QUEUED, STARTED, PAUSED, SEALED = Status.QUEUED, Status.STARTED, Status.PAUSED, Status.SEALED
 TASK_OPEN = (TaskStatus.PLANNED, TaskStatus.DISPATCHED)
@@ -341,7 +336,7 @@ def release_dedup_keys(s: Session, keys: Sequence[str]) -> int:
     """Free the ``dedup_key`` of sealed snapshots that archived nothing (failed, cancelled,
     refused), so an ``ONLY_NEW`` crawl captures their URL again; returns how many. Guard: only
     ``sealed`` rows without a succeeded result lose their key (an open one never does)."""
-    succeeded = exists().where(ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == "succeeded")
+    succeeded = exists().where(ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == ResultStatus.SUCCEEDED)
     released = 0
     for chunk in _chunks(list(keys)):
         released += s.execute(
@@ -364,26 +359,6 @@ def _merge_into_holders(s: Session, crawl_id: str, wanted: dict[str, tuple[str, 
         return
     attach_tags(s, {holder: wanted[key][1] for key, holder in holders})
     s.execute(update(Crawl).where(Crawl.id == crawl_id).values(merged=Crawl.merged + len(holders)))
-
-
-def attach_tags(s: Session, tags_by_snapshot: dict[str, list[str]]) -> None:
-    """Create missing Tag rows and link them to snapshots (idempotent)."""
-    names = sorted({n[:100] for names in tags_by_snapshot.values() for n in names if n})
-    if not names:
-        return
-    insert = insert_for(s)
-    ids: dict[str, int] = {}
-    for chunk in _chunks(names):
-        s.execute(insert(Tag).values([{"name": n} for n in chunk]).on_conflict_do_nothing(index_elements=["name"]))
-        ids.update(s.execute(select(Tag.name, Tag.id).where(Tag.name.in_(chunk))).all())
-    links = [
-        {"snapshot_id": sid, "tag_id": ids[n[:100]]}
-        for sid, tag_names in tags_by_snapshot.items()
-        for n in tag_names
-        if n
-    ]
-    for chunk in _chunks(links):
-        s.execute(insert(SnapshotTag).values(list(chunk)).on_conflict_do_nothing())
 
 
 def crawls_with_due_snapshots(s: Session, now: datetime, limit: int = 100) -> list[str]:
@@ -750,7 +725,9 @@ def feed_keys_to_retry(s: Session, schedule_id: str, keys: Sequence[str]) -> set
         select(Snapshot.id)
         .join(ArchiveResult, ArchiveResult.snapshot_id == Snapshot.id)
         .where(
-            Snapshot.crawl_id == FeedItem.crawl_id, Snapshot.url == FeedItem.url, ArchiveResult.status == "succeeded"
+            Snapshot.crawl_id == FeedItem.crawl_id,
+            Snapshot.url == FeedItem.url,
+            ArchiveResult.status == ResultStatus.SUCCEEDED,
         )
         .exists()
     )

@@ -44,7 +44,7 @@ from boxcar.shared import bus, telemetry
 from boxcar.shared.admission import admit, archived_keys
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import CrawlConfig
-from boxcar.shared.db import Database
+from boxcar.shared.db import Database, attach_tags
 from boxcar.shared.db.models import Crawl, Snapshot, SnapshotTask, TaskStatus
 from boxcar.shared.families import FamilyTable, load_families
 from boxcar.shared.ids import new_id
@@ -53,6 +53,7 @@ from boxcar.shared.messages import (
     CrawlControl,
     CrawlEvent,
     HookTask,
+    ResultStatus,
     ScheduleControl,
     Seed,
     SnapshotEvent,
@@ -115,7 +116,7 @@ class CrawlRunner:
             js, bus.TASK_DEAD_STREAM, bus.RUNNER_DEAD_CONSUMER, bus.MAX_DELIVERIES_ADVISORY, ack_wait=15, max_deliver=md
         )
         await bus.ensure_consumer(
-            js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER, "control.>", ack_wait=15, max_deliver=md
+            js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER, bus.SUBJECT_ALL_CONTROL, ack_wait=15, max_deliver=md
         )
         self.cancelled = await bus.cancelled_bucket(js)
         self.discovered = await bus.discovered_store(js)
@@ -425,7 +426,10 @@ class CrawlRunner:
         except ValueError:
             hooks = []
         out = [
-            self._stand_in(snap, hook.plugin, hook.name, "skipped" if cancelled else "failed", reason) for hook in hooks
+            self._stand_in(
+                snap, hook.plugin, hook.name, ResultStatus.SKIPPED if cancelled else ResultStatus.FAILED, reason
+            )
+            for hook in hooks
         ]
         if q.seal_snapshot(s, snap, now, self._expected_results(crawl)):
             out.append(self._snapshot_event(snap, "sealed", now))
@@ -559,7 +563,7 @@ class CrawlRunner:
                 and event.status == "failed"
             ):
                 out += [
-                    self._stand_in(snap, hook.plugin, hook.name, "failed", event.error or "task failed")
+                    self._stand_in(snap, hook.plugin, hook.name, ResultStatus.FAILED, event.error or "task failed")
                     for hook in self.catalog.snapshot_hooks(task.plugins or [])
                 ]
             crawl = s.get(Crawl, snap.crawl_id)
@@ -568,7 +572,7 @@ class CrawlRunner:
             if discovered and snap.depth < crawl.max_depth and not self._stopped(crawl):
                 self._add_discovered(s, crawl, snap, discovered, now)
             if event.tags:
-                q.attach_tags(s, {snap.id: event.tags})
+                attach_tags(s, {snap.id: event.tags})
             if q.open_tasks(s, snap.id, snap.stage):
                 return out
             snap = s.get(Snapshot, snap.id, populate_existing=True)
@@ -677,14 +681,16 @@ class CrawlRunner:
             snapshot_id=snap.id, crawl_id=snap.crawl_id, status=status, stage=snap.stage, runner=self.runner_id, at=now
         )
         return bus.Outgoing.make(
-            f"events.snapshot.{status}", event, f"snapshot.{snap.id}.{snap.attempts}.{snap.stage}.{status}"
+            bus.snapshot_event_subject(status), event, f"snapshot.{snap.id}.{snap.attempts}.{snap.stage}.{status}"
         )
 
     def _crawl_event(self, crawl_id: str, status: str, now: datetime) -> bus.Outgoing:
         if status == "sealed":
             log.info("crawl %s sealed", crawl_id)
         return bus.Outgoing.make(
-            f"events.crawl.{status}", CrawlEvent(crawl_id=crawl_id, status=status, at=now), f"crawl.{crawl_id}.{status}"
+            bus.crawl_event_subject(status),
+            CrawlEvent(crawl_id=crawl_id, status=status, at=now),
+            f"crawl.{crawl_id}.{status}",
         )
 
     # ------------------------------------------------------------------ crawl settings

@@ -26,7 +26,14 @@ from typing import Any
 from boxcar.hook_executor.zygote import Zygote
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import ArchiveResultRecord, OutputFile, ProcessRecord, Seed
+from boxcar.shared.messages import (
+    FINAL_RESULT_STATUSES,
+    ArchiveResultRecord,
+    OutputFile,
+    ProcessRecord,
+    ResultStatus,
+    Seed,
+)
 from boxcar.shared.plugins import Hook
 from boxcar.shared.procutil import detached, tree_rss
 from boxcar.shared.storage import display_path, is_executor_internal
@@ -42,25 +49,24 @@ HEAD_BYTES = 16 * 1024  # the start of stderr, kept too (wget logs the page's ow
 MAX_RECORDS = 100_000  # JSONL records kept per run (discovered links of a huge page)
 SMALL_JSON = 64 * 1024  # a result's JSON file up to this size is inlined as its output_json
 _STATUS_ALIASES = {
-    "success": "succeeded",
-    "succeded": "succeeded",
-    "noresult": "noresults",
-    "no_results": "noresults",
-    "skip": "skipped",
-    "failure": "failed",
-    "error": "failed",
+    "success": ResultStatus.SUCCEEDED,
+    "succeded": ResultStatus.SUCCEEDED,
+    "noresult": ResultStatus.NORESULTS,
+    "no_results": ResultStatus.NORESULTS,
+    "skip": ResultStatus.SKIPPED,
+    "failure": ResultStatus.FAILED,
+    "error": ResultStatus.FAILED,
 }
-_FINAL = ("succeeded", "failed", "skipped", "noresults")
 #: ``noresults`` that means "this plugin does not apply to this kind of page" (a PDF for the DOM
 #: plugins, an HTML page for staticfile): recorded as ``skipped``, with the hook's reason.
 NOT_APPLICABLE = re.compile(r"already handled|not HTML|\(not staticfile\)", re.IGNORECASE)
 
 
-def normalize_status(value: Any) -> str:
+def normalize_status(value: Any) -> ResultStatus:
     """ArchiveBox's ``ArchiveResult.normalize_status``: aliases to canonical, unknown → failed."""
     status = str(value or "").strip().lower()
     status = _STATUS_ALIASES.get(status, status)
-    return status if status in _FINAL else "failed"
+    return ResultStatus(status) if status in FINAL_RESULT_STATUSES else ResultStatus.FAILED
 
 
 def scan_files(root: Path) -> dict[str, tuple[int, int]]:
@@ -316,28 +322,32 @@ class HookProcess:
         output_str = str((record or {}).get("output_str") or "")
         notes = ""
         if self.cancelled:
-            status, output_str, notes = "skipped", "cancelled", "cancelled: the crawl was cancelled while the hook ran"
+            status, output_str, notes = (
+                ResultStatus.SKIPPED,
+                "cancelled",
+                "cancelled: the crawl was cancelled while the hook ran",
+            )
         elif self.over_limit:
-            status, notes = "failed", f"killed: {self.over_limit}"
+            status, notes = ResultStatus.FAILED, f"killed: {self.over_limit}"
             output_str = output_str or notes
         elif self.timed_out:
-            status, notes = "failed", f"Hook timed out after {self.timeout} seconds"
+            status, notes = ResultStatus.FAILED, f"Hook timed out after {self.timeout} seconds"
         elif self.exit_code == EXIT_SKIPPED:
-            status = "skipped"
+            status = ResultStatus.SKIPPED
         elif self.exit_code != 0:
             status = "failed"
             notes = f"exit code {self.exit_code}: {self.stderr_tail(2000).strip() or output_str}"
         elif record is None:
-            status = "noresults"
+            status = ResultStatus.NORESULTS
         else:
             status = normalize_status(record.get("status"))
-            if status == "noresults" and NOT_APPLICABLE.search(output_str):
-                status = "skipped"
-            if status == "failed":
+            if status == ResultStatus.NORESULTS and NOT_APPLICABLE.search(output_str):
+                status = ResultStatus.SKIPPED
+            if status == ResultStatus.FAILED:
                 notes = str(record.get("error") or output_str or self.stderr_tail(2000).strip())
         files = self.output_files()
         output_json = (record or {}).get("output_json")
-        if output_json is None and status == "succeeded":
+        if output_json is None and status == ResultStatus.SUCCEEDED:
             output_json = self._small_json_output(output_str)
         by_type: dict[str, int] = {}
         for f in files.values():

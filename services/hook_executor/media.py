@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from boxcar.hook_executor.hooks import HookProcess
-from boxcar.shared.messages import ArchiveResultRecord
+from boxcar.shared.messages import ArchiveResultRecord, ResultStatus
 from boxcar.shared.plugins import Hook
 
 MEDIA_SUFFIXES = frozenset(
@@ -57,21 +57,24 @@ def hook_env(hook: Hook, resolved: Mapping[str, Mapping[str, Any]], env: Mapping
 def check_download(result: ArchiveResultRecord, proc: HookProcess) -> ArchiveResultRecord:
     """``result`` of a ytdlp hook, ``failed`` when a download was cut short and ``noresults`` when
     it claims success without a media file, saying why (see the module docstring)."""
-    if result.status == "failed" and not proc.timed_out and not proc.over_limit:
+    if result.status == ResultStatus.FAILED and not proc.timed_out and not proc.over_limit:
         errors = _ERRORS.findall(proc.stderr_tail(20000))
         if errors and all(_BLOB.search(e) for e in errors):
             why = "the page's media is a blob: URL (made by its scripts in the browser): nothing to download"
-            return msgspec.structs.replace(result, status="noresults", output_str=why, notes=why)
-    if result.status not in ("succeeded", "noresults") or result.output_str == "staticfile already handled":
+            return msgspec.structs.replace(result, status=ResultStatus.NORESULTS, output_str=why, notes=why)
+    if (
+        result.status not in (ResultStatus.SUCCEEDED, ResultStatus.NORESULTS)
+        or result.output_str == "staticfile already handled"
+    ):
         return result
     names = [PurePosixPath(p) for p in result.output_files]
     partial = [str(p) for p in names if p.name.endswith(PARTIAL_SUFFIXES)]
     if partial:
         why = f"download did not finish: {', '.join(sorted(partial)[:3])} left incomplete"
-        return msgspec.structs.replace(result, status="failed", notes=why, output_str=why)
+        return msgspec.structs.replace(result, status=ResultStatus.FAILED, notes=why, output_str=why)
     if any(p.suffix.lower() in MEDIA_SUFFIXES for p in names):
         return result
-    if result.status == "noresults" and not _TOO_LARGE.search(proc.stderr_tail(20000)):
+    if result.status == ResultStatus.NORESULTS and not _TOO_LARGE.search(proc.stderr_tail(20000)):
         return result  # the page has no media: the hook's own reason stands
     log = f"{proc.stderr_tail(20000)}"
     if _TOO_LARGE.search(log):
@@ -79,4 +82,4 @@ def check_download(result: ArchiveResultRecord, proc: HookProcess) -> ArchiveRes
         why = f"media larger than MEDIA_MAX_SIZE ({size}): not downloaded"
     else:
         why = "no media file was downloaded (only its metadata)"
-    return msgspec.structs.replace(result, status="noresults", output_str=why, notes=why)
+    return msgspec.structs.replace(result, status=ResultStatus.NORESULTS, output_str=why, notes=why)

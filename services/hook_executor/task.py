@@ -47,7 +47,15 @@ from boxcar.shared.binaries import ESBUILD
 from boxcar.shared.clock import utcnow
 from boxcar.shared.egress import EgressPolicy, RuntimePorts, url_refusal
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import ArchiveResultRecord, HookTask, ProcessRecord, TaskCompleted, TaskStarted, encode
+from boxcar.shared.messages import (
+    ArchiveResultRecord,
+    HookTask,
+    ProcessRecord,
+    ResultStatus,
+    TaskCompleted,
+    TaskStarted,
+    encode,
+)
 from boxcar.shared.plugins import Hook, PluginCatalog
 from boxcar.shared.secrets import SecretUnavailable
 from boxcar.shared.settings import Settings
@@ -202,7 +210,7 @@ class TaskExecutor:
         """Every hook of the task failed for one reason (e.g. no browser): record each, then complete."""
         completed = TaskCompleted.of(task)
         for hook in self.catalog.snapshot_hooks(task.plugins):
-            await self.publish_result(_result(task, hook, "failed", reason))
+            await self.publish_result(_result(task, hook, ResultStatus.FAILED, reason))
         log.warning("task %s: every hook failed: %s", task.task_id, reason)
         return completed
 
@@ -238,7 +246,7 @@ class TaskRun:
         refusal = await asyncio.to_thread(url_refusal, self.x.policy, task.url)
         if refusal:  # the page itself may not be fetched: each hook skipped, the page marked refused
             for hook in hooks:
-                await self.x.publish_result(_result(task, hook, "skipped", refusal))
+                await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, refusal))
             log.warning("task %s: %s", task.task_id, refusal)
             self.completed.refused = refusal
             return self.completed
@@ -258,7 +266,7 @@ class TaskRun:
             )
         except SecretUnavailable as exc:
             for hook in hooks:
-                await self.x.publish_result(_result(task, hook, "failed", str(exc)))
+                await self.x.publish_result(_result(task, hook, ResultStatus.FAILED, str(exc)))
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
             return self.completed
         self.env = env
@@ -286,14 +294,14 @@ class TaskRun:
         task, env = self.task, self.env
         hook = substitute(hook)
         if self.cancelled.is_set():
-            await self.x.publish_result(_result(task, hook, "skipped", "cancelled"))
+            await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, "cancelled"))
             return
         if self.x.catalog[hook.plugin].waits_for_background and self.background:
             await self._stop_background()
         try:
             binary_env = await env.binary_env(hook.plugin)
         except BinaryUnavailable as exc:
-            await self.x.publish_result(_result(task, hook, "skipped", str(exc)))
+            await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, str(exc)))
             log.warning("%s %s skipped: %s", task.snapshot_id, hook.name, exc)
             return
         spawner = None
@@ -308,7 +316,7 @@ class TaskRun:
         # asked last, after every await that can take a while (binaries, warm interpreter), so a
         # cancel that lands while this hook was being prepared still stops it from starting
         if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
-            await self.x.publish_result(_result(task, hook, "skipped", "cancelled"))
+            await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, "cancelled"))
             return
         hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
         args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
@@ -328,7 +336,9 @@ class TaskRun:
             try:
                 await proc.start()
             except OSError as exc:
-                await self.x.publish_result(_result(task, hook, "failed", f"could not start the hook: {exc}"))
+                await self.x.publish_result(
+                    _result(task, hook, ResultStatus.FAILED, f"could not start the hook: {exc}")
+                )
                 return
             self.started.append(proc)
             if hook.is_background:
@@ -365,7 +375,7 @@ class TaskRun:
             await asyncio.to_thread(self._finalize_warcs, proc.started_at.timestamp())
         try:
             result = proc.archive_result(task.snapshot_id, task.crawl_id)
-            if proc.hook.plugin == "staticfile" and result.status == "succeeded":
+            if proc.hook.plugin == "staticfile" and result.status == ResultStatus.SUCCEEDED:
                 result = await asyncio.to_thread(documents.describe_staticfile, result, proc, self.snap_dir)
             if proc.hook.plugin == "ytdlp":
                 result = media.check_download(result, proc)
@@ -386,12 +396,14 @@ class TaskRun:
             encode(result), encode(process)  # fail here, not half-way through publishing
         except Exception as exc:
             log.exception("%s %s: its result could not be recorded", task.snapshot_id, proc.hook.name)
-            result = _result(task, proc.hook, "failed", f"the hook's result could not be recorded: {exc!r}"[:500])
+            result = _result(
+                task, proc.hook, ResultStatus.FAILED, f"the hook's result could not be recorded: {exc!r}"[:500]
+            )
             process = None
         await self.x.publish_result(result, process)
         if proc.hook.plugin == "wget":
             self.wget_log = env.redact(proc.stderr_head())
-        if proc.hook.plugin == "chrome" and "navigate" in proc.hook.name and result.status == "failed":
+        if proc.hook.plugin == "chrome" and "navigate" in proc.hook.name and result.status == ResultStatus.FAILED:
             self.navigate_error = responses.network_error_in(f"{result.output_str} {result.notes}")
         self.completed.discovered.extend(proc.discovered())
         self.completed.tags.extend(t for t in proc.tags() if t not in self.completed.tags)

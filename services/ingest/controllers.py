@@ -48,7 +48,9 @@ from boxcar.ingest.schemas import (
 )
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.ingest.signals import BusUnavailable, Signals
+from boxcar.shared.crawlconfig import MAX_DEPTH, parse_depth
 from boxcar.shared.messages import CrawlControl, ScheduleControl
+from boxcar.shared.settings import parse_bool
 
 ID_PATTERN = r"^[0-9a-f]{32}$"
 ObjectId = Annotated[str, PathParameter(pattern=ID_PATTERN, description="32 hex characters")]
@@ -109,7 +111,8 @@ class CrawlController(Controller):
 
         Args:
             data: URLs (strings, or objects with url/title/tags/bookmarked_at), tags, max_depth
-                (0–4), plugins (default: the server's PLUGINS), config overrides, label, only_new.
+                (link hops, at most ``MAX_DEPTH``), plugins (default: the server's PLUGINS),
+                config overrides, label, only_new.
 
         Returns:
             The new crawl's id; follow it with ``GET /api/v1/crawls/{id}``. ``urls`` counts the
@@ -261,7 +264,7 @@ class ImportOperation(Operation):
                             "file": Schema(type=OpenAPIType.STRING, format="binary"),
                             "format": Schema(type=OpenAPIType.STRING),
                             "tags": Schema(type=OpenAPIType.STRING),
-                            "max_depth": Schema(type=OpenAPIType.INTEGER, minimum=0, maximum=4),
+                            "max_depth": Schema(type=OpenAPIType.INTEGER, minimum=0, maximum=MAX_DEPTH),
                         },
                     )
                 ),
@@ -302,11 +305,10 @@ def _config(value: str | None) -> dict:
 def _flag(value: str | None, name: str) -> bool | None:
     if value in (None, ""):
         return None
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise InputError(name, f"expected true or false, got {value[:20]!r}")
+    parsed = parse_bool(value)
+    if parsed is None:
+        raise InputError(name, f"expected true or false, got {value[:20]!r}")
+    return parsed
 
 
 class ImportController(Controller):
@@ -329,7 +331,7 @@ class ImportController(Controller):
         signals: NamedDependency[Signals],
         format: Annotated[str | None, QueryParameter(description="format name; default: detect from content")] = None,
         tags: Annotated[str | None, QueryParameter(description="comma-separated tags for every entry")] = None,
-        max_depth: Annotated[int, QueryParameter(ge=0, le=4)] = 0,
+        max_depth: Annotated[int, QueryParameter(ge=0, le=MAX_DEPTH)] = 0,
         plugins: Annotated[str | None, QueryParameter(description="comma-separated plugins")] = None,
         only_new: Annotated[str | None, QueryParameter(description="skip URLs archived before (true/false)")] = None,
         folder_tags: Annotated[bool, QueryParameter(description="bookmark folders become tags")] = False,
@@ -405,11 +407,9 @@ class ImportController(Controller):
                 params.plugins = _split(str(form["plugins"]))
             if "max_depth" in form:
                 try:
-                    params.max_depth = int(form["max_depth"])
-                except ValueError:
-                    raise InputError("max_depth", "must be an integer 0–4") from None
-                if not 0 <= params.max_depth <= 4:
-                    raise InputError("max_depth", "must be 0–4")
+                    params.max_depth = parse_depth(form["max_depth"])
+                except ValueError as exc:
+                    raise InputError("max_depth", str(exc)) from None
             if "only_new" in form:
                 params.only_new = _flag(str(form["only_new"]), "only_new")
             if "config" in form:

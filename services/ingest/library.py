@@ -17,17 +17,19 @@ row 100,000 as at row 1, and every filter has an index (migration 0005).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import msgspec
 from sqlalchemy import and_, delete, func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
 from boxcar.shared import search
-from boxcar.shared.db import Database, insert_for
+from boxcar.shared.db import Database, attach_tags
 from boxcar.shared.db.models import (
     ArchiveResult,
     Crawl,
@@ -38,7 +40,7 @@ from boxcar.shared.db.models import (
     Tag,
     url_hash,
 )
-from boxcar.shared.messages import Seed, clean_tags, clean_text
+from boxcar.shared.messages import ResultStatus, Seed, clean_tags, clean_text
 from boxcar.shared.urls import InvalidURL, url_domain
 
 PAGE_SIZE = 50
@@ -217,7 +219,7 @@ class SnapshotLibrary:
                     ArchiveResult.snapshot_id.in_(ids)
                 )
             ):
-                if results[sid].get(plugin) != "succeeded":  # a plugin with several hooks: its best
+                if results[sid].get(plugin) != ResultStatus.SUCCEEDED:  # a plugin with several hooks: its best
                     results[sid][plugin] = status
         return [
             SnapshotRow(
@@ -231,7 +233,7 @@ class SnapshotLibrary:
                 crawl_id=x.crawl_id,
                 tags=tags[x.id],
                 results=dict(sorted(results[x.id].items())),
-                has_screenshot=results[x.id].get("screenshot") == "succeeded",
+                has_screenshot=results[x.id].get("screenshot") == ResultStatus.SUCCEEDED,
             )
             for x in snaps
         ]
@@ -259,32 +261,20 @@ class SnapshotLibrary:
                     .order_by(ArchiveResult.start_ts.is_(None), ArchiveResult.start_ts, ArchiveResult.hook_name)
                 )
             )
-            failed_pids = [r.process_id for r in rows if r.status == "failed" and r.process_id]
+            failed_pids = [r.process_id for r in rows if r.status == ResultStatus.FAILED and r.process_id]
             procs = {p.id: p for p in s.scalars(select(Process).where(Process.id.in_(failed_pids)))}
         results = []
         for r in rows:
             proc = procs.get(r.process_id or "")
-            results.append(
-                ResultDetail(
-                    plugin=r.plugin,
-                    hook_name=r.hook_name,
-                    status=r.status,
-                    output_str=r.output_str,
-                    output_files=r.output_files or {},
-                    output_size=r.output_size,
-                    start_ts=r.start_ts,
-                    end_ts=r.end_ts,
-                    notes=r.notes,
-                    stdout=proc.stdout if proc else "",
-                    stderr=proc.stderr if proc else "",
-                    exit_code=proc.exit_code if proc else None,
-                )
-            )
+            detail = msgspec.convert(r, ResultDetail, from_attributes=True)
+            if proc is not None:  # a failed hook's own words
+                detail = dataclasses.replace(detail, stdout=proc.stdout, stderr=proc.stderr, exit_code=proc.exit_code)
+            results.append(detail)
         return SnapshotDetail(snap, crawl, tags, results, self._links(snap, results))
 
     def _links(self, snap: Snapshot, results: list[ResultDetail]) -> dict[str, str]:
         """The viewable outputs: name → path relative to the snapshot dir."""
-        ok = {r.plugin: r for r in results if r.status == "succeeded"}
+        ok = {r.plugin: r for r in results if r.status == ResultStatus.SUCCEEDED}
         links: dict[str, str] = {}
 
         def first(plugin: str, suffixes: tuple[str, ...], prefer: str = "") -> None:
@@ -340,23 +330,13 @@ class SnapshotLibrary:
         with self.db.write() as s:
             if s.get(Snapshot, snapshot_id) is None:
                 return None
-            insert = insert_for(s)
-            if names:
-                s.execute(
-                    insert(Tag).values([{"name": n} for n in names]).on_conflict_do_nothing(index_elements=["name"])
-                )
+            attach_tags(s, {snapshot_id: names})
             ids = list(s.scalars(select(Tag.id).where(Tag.name.in_(names)))) if names else []
             s.execute(
                 delete(SnapshotTag).where(
                     SnapshotTag.snapshot_id == snapshot_id, SnapshotTag.tag_id.not_in(ids) if ids else True
                 )
             )
-            if ids:
-                s.execute(
-                    insert(SnapshotTag)
-                    .values([{"snapshot_id": snapshot_id, "tag_id": i} for i in ids])
-                    .on_conflict_do_nothing()
-                )
         return names
 
     def delete(self, snapshot_id: str) -> bool:

@@ -32,7 +32,8 @@ from litestar.status_codes import (
 )
 
 from boxcar.ingest.auth import API_KEY_HEADER
-from boxcar.ingest.schemas import CrawlCreate, FeedCreate, FeedUpdate, SeedIn
+from boxcar.ingest.schemas import DEPTH_DESCRIPTION, CrawlCreate, FeedCreate, FeedUpdate, SeedIn
+from boxcar.shared.crawlconfig import MAX_DEPTH
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -99,8 +100,8 @@ def document(app: Litestar) -> None:
     schemas["FeedCreate"].properties["url"] = url
     # Litestar drops ``minimum: 0`` of an optional integer (falsy): the body refuses -1
     schemas["FeedUpdate"].properties["max_depth"] = Schema(
-        one_of=[Schema(type=OpenAPIType.INTEGER, minimum=0, maximum=4), Schema(type=OpenAPIType.NULL)],
-        description="How many link hops to follow (0–4)",
+        one_of=[Schema(type=OpenAPIType.INTEGER, minimum=0, maximum=MAX_DEPTH), Schema(type=OpenAPIType.NULL)],
+        description=DEPTH_DESCRIPTION,
     )
     urls = schemas["CrawlCreate"].properties["urls"]
     urls.items.one_of = [url if getattr(s, "type", None) == OpenAPIType.STRING else s for s in urls.items.one_of]

@@ -31,6 +31,7 @@ from boxcar.ingest.library import SnapshotBusy, SnapshotFilter, SnapshotLibrary
 from boxcar.ingest.schemas import CrawlCreate, FeedCreate
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.ingest.signals import BusUnavailable, Signals
+from boxcar.shared.crawlconfig import parse_depth
 from boxcar.shared.messages import CrawlControl, ScheduleControl
 
 ID = "{snapshot_id:str}"
@@ -309,11 +310,9 @@ class AddPage(Controller):
             "plugins": [str(p) for p in form.getall("plugins")] if "plugins" in form else [],
         }
         try:
-            depth = int(fields["depth"])
-            if not 0 <= depth <= 4:
-                raise ValueError
-        except ValueError:
-            return await self._form(request, crawl_service, fields, "depth: must be 0–4", 422)
+            depth = parse_depth(fields["depth"])
+        except ValueError as exc:
+            return await self._form(request, crawl_service, fields, f"depth: {exc}", 422)
         urls = [line.strip() for line in fields["urls"].splitlines() if line.strip()]
         try:
             if files:
@@ -360,7 +359,7 @@ class FeedPages(Controller):
                 url=str(form.get("url", "")),
                 schedule=str(form.get("schedule", "") or "daily"),
                 tags=_split(str(form.get("tags", ""))),
-                max_depth=max(0, min(4, int(str(form.get("depth", "0")) or 0))),
+                max_depth=parse_depth(form.get("depth", "0")),
             )
             feed = await anyio.to_thread.run_sync(feed_service.create, body)
         except (InputError, ValueError) as exc:

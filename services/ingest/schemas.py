@@ -7,9 +7,11 @@ from typing import Annotated, Any
 
 import msgspec
 
-from boxcar.shared.admission import Rejection
+from boxcar.shared.crawlconfig import MAX_DEPTH
+from boxcar.shared.importers import Rejected
 
-MaxDepth = Annotated[int, msgspec.Meta(ge=0, le=4, description="How many link hops to follow (0–4)")]
+DEPTH_DESCRIPTION = f"How many link hops to follow (0–{MAX_DEPTH})"
+MaxDepth = Annotated[int, msgspec.Meta(ge=0, le=MAX_DEPTH, description=DEPTH_DESCRIPTION)]
 
 
 class SeedIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -55,7 +57,7 @@ class ImportCreated(msgspec.Struct):
     crawl_id: str
     format: str
     counts: ImportCounts
-    rejected: list[Rejection]  # the first 50
+    rejected: list[Rejected]  # the first 50
 
 
 class CrawlStatus(msgspec.Struct):

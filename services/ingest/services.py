@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import msgspec
 from sqlalchemy import func, select
 
 from boxcar.ingest.schemas import (
@@ -22,14 +23,15 @@ from boxcar.ingest.schemas import (
     SnapshotPage,
 )
 from boxcar.shared import importers, secrets, storage, telemetry
-from boxcar.shared.admission import Admission, PolicyError, Rejection, admit, archived_keys
+from boxcar.shared.admission import Admission, PolicyError, admit, archived_keys
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import ConfigError, CrawlConfig
 from boxcar.shared.db import Database, insert_seeds
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Status, Tag
 from boxcar.shared.egress import refusal_kind
 from boxcar.shared.families import FamilyTable
-from boxcar.shared.messages import Seed, clean_tags, clean_text
+from boxcar.shared.importers import Rejected
+from boxcar.shared.messages import FINAL_RESULT_STATUSES, Seed, clean_tags, clean_text
 from boxcar.shared.plugins import PluginCatalog
 from boxcar.shared.settings import Settings
 from boxcar.shared.urls import InvalidURL, strip_userinfo
@@ -48,7 +50,7 @@ class ImportOutcome:
     crawl: Crawl
     format: str
     admission: Admission
-    rejected: list[Rejection]
+    rejected: list[Rejected]
     entries_seen: int
 
 
@@ -245,7 +247,7 @@ class CrawlService:
             overrides["ONLY_NEW"] = only_new
         crawl_config = self.crawl_config(overrides)
         seeds: list[Seed] = []
-        rejected: list[Rejection] = []
+        rejected: list[Rejected] = []
         formats: list[str] = []
         sources: list[tuple[bytes, str]] = []
         seen = 0
@@ -263,7 +265,8 @@ class CrawlService:
             pairs, bad = parsed.seeds(seal=secrets.seal)
             seeds += [seed for _, seed in pairs]
             rejected += [
-                Rejection(label + r.where, strip_userinfo(r.value), r.reason) for r in [*parsed.rejected, *bad]
+                Rejected(where=label + r.where, value=strip_userinfo(r.value), reason=r.reason)
+                for r in [*parsed.rejected, *bad]
             ]
             seen += len(parsed.entries) + len(parsed.rejected)
             sources.append((data, _extension(parsed.format)))
@@ -333,7 +336,7 @@ class CrawlService:
             refusal = "; or ".join(dict.fromkeys(refusal_kind(r) for r in refusals))
         counts = {k: snapshots.get(k, 0) for k in ("queued", "started", "paused", "sealed")}
         counts["total"] = sum(snapshots.values())
-        result_counts = {k: results.get(k, 0) for k in ("succeeded", "failed", "skipped", "noresults")}
+        result_counts = {str(k): results.get(k, 0) for k in FINAL_RESULT_STATUSES}
         result_counts.update({k: v for k, v in results.items() if k not in result_counts})
         return CrawlStatus(
             id=crawl.id,
@@ -375,19 +378,7 @@ class CrawlService:
                 .where(ArchiveResult.snapshot_id.in_(ids))
                 .order_by(ArchiveResult.start_ts, ArchiveResult.hook_name)
             ):
-                results[r.snapshot_id].append(
-                    ResultOut(
-                        plugin=r.plugin,
-                        hook_name=r.hook_name,
-                        status=r.status,
-                        output_str=r.output_str,
-                        output_size=r.output_size,
-                        output_files=r.output_files or {},
-                        start_ts=r.start_ts,
-                        end_ts=r.end_ts,
-                        notes=r.notes,
-                    )
-                )
+                results[r.snapshot_id].append(msgspec.convert(r, ResultOut, from_attributes=True))
             tags: dict[str, list[str]] = {i: [] for i in ids}
             for sid, name in s.execute(
                 select(SnapshotTag.snapshot_id, Tag.name)

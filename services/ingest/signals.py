@@ -15,7 +15,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from boxcar.shared import bus
-from boxcar.shared.messages import SUBJECT_TAGS_CHANGED, CrawlQueued, TagsChanged, encode
+from boxcar.shared.messages import CrawlQueued, TagsChanged, encode
 
 
 class BusUnavailable(Exception):
@@ -60,5 +60,5 @@ class Signals:
         ``boxcar reindex``). Returns whether it was sent."""
         if not self.connected:
             return False
-        await bus.publish(self.nats.jetstream(), SUBJECT_TAGS_CHANGED, TagsChanged(snapshot_ids=snapshot_ids))
+        await bus.publish(self.nats.jetstream(), bus.SUBJECT_TAGS_CHANGED, TagsChanged(snapshot_ids=snapshot_ids))
         return True

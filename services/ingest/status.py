@@ -62,7 +62,7 @@ async def family_status(js, families: FamilyTable) -> dict[str, FamilyStatus]:
     """Per family, from the TASKS stream and its durable consumer (a stream not created yet, as
     before the crawl-runner's first start, is nothing queued)."""
     try:
-        info = await js.stream_info(bus.TASKS_STREAM, subjects_filter="tasks.hooks.>")
+        info = await js.stream_info(bus.TASKS_STREAM, subjects_filter=bus.SUBJECT_ALL_TASKS)
         queued = dict(info.state.subjects or {})
     except NotFoundError:
         queued = {}

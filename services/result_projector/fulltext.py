@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from boxcar.shared import search
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Snapshot, SnapshotTag, Tag
+from boxcar.shared.messages import ResultStatus
 
 log = logging.getLogger("boxcar.result_projector")
 
@@ -47,7 +48,7 @@ def build_documents(s: Session, data_dir: Path, snapshot_ids: Iterable[str]) -> 
         select(ArchiveResult).where(
             ArchiveResult.snapshot_id.in_(list(snaps)),
             ArchiveResult.plugin.in_([*TEXT_PLUGINS, "staticfile"]),
-            ArchiveResult.status == "succeeded",
+            ArchiveResult.status == ResultStatus.SUCCEEDED,
         )
     ):
         results[r.snapshot_id][r.plugin] = r

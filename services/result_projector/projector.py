@@ -38,10 +38,10 @@ from boxcar.shared.db import Database, insert_for
 from boxcar.shared.db.models import ArchiveResult, Binary, Process, Snapshot, Status
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import (
-    SUBJECT_TAGS_CHANGED,
     ArchiveResultRecord,
     BinaryRecord,
     ProcessRecord,
+    ResultStatus,
     SnapshotEvent,
     TagsChanged,
     decode,
@@ -97,7 +97,7 @@ def upsert_archiveresult(s: Session, r: ArchiveResultRecord) -> str:
             ),
         )
     )
-    if r.plugin in TITLE_SOURCES and r.status == "succeeded":
+    if r.plugin in TITLE_SOURCES and r.status == ResultStatus.SUCCEEDED:
         refresh_title(s, r.snapshot_id)
     return r.snapshot_id
 
@@ -115,7 +115,7 @@ def refresh_title(s: Session, snapshot_id: str) -> None:
             select(ArchiveResult.plugin, ArchiveResult).where(
                 ArchiveResult.snapshot_id == snapshot_id,
                 ArchiveResult.plugin.in_(TITLE_SOURCES),
-                ArchiveResult.status == "succeeded",
+                ArchiveResult.status == ResultStatus.SUCCEEDED,
             )
         ).all()
     )
@@ -237,15 +237,15 @@ def project(s: Session, subject: str, data: bytes, batch: Batch) -> None:
         batch.touched.add(upsert_archiveresult(s, record))
         if record.plugin in fulltext.INDEXED_PLUGINS:
             batch.searchable.add(record.snapshot_id)
-    elif subject.startswith("events.process."):
+    elif subject.startswith(bus.PREFIX_PROCESS_EVENTS):
         upsert_process(s, decode(data, ProcessRecord))
-    elif subject.startswith("events.binary."):
+    elif subject.startswith(bus.PREFIX_BINARY_EVENTS):
         upsert_binary(s, decode(data, BinaryRecord))
-    elif subject == "events.snapshot.sealed":
+    elif subject == bus.SUBJECT_SNAPSHOT_SEALED:
         snapshot_id = decode(data, SnapshotEvent).snapshot_id
         batch.sealed.add(snapshot_id)
         batch.searchable.add(snapshot_id)
-    elif subject == SUBJECT_TAGS_CHANGED:
+    elif subject == bus.SUBJECT_TAGS_CHANGED:
         ids = decode(data, TagsChanged).snapshot_ids
         batch.touched.update(ids)  # index.jsonl lists the tags
         batch.searchable.update(ids)
@@ -271,7 +271,7 @@ class ResultProjector:
             js,
             bus.EVENTS_STREAM,
             bus.PROJECTOR_CONSUMER,
-            "events.>",
+            bus.SUBJECT_ALL_EVENTS,
             max_ack_pending=5000,
             ack_wait=30,
             max_deliver=max_deliver,

@@ -155,7 +155,11 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     return engine
 
 
-def insert_seeds(session: Session, crawl_id: str, seeds: list, batch: int = 500) -> None:
+#: rows per INSERT or IN (...) list: Postgres caps one statement at 65,535 parameters
+BATCH = 500
+
+
+def insert_seeds(session: Session, crawl_id: str, seeds: list, batch: int = BATCH) -> None:
     """Store a crawl's ``Seed``s as ``CrawlSeed`` rows, ``batch`` rows per INSERT (Postgres caps a
     statement at 65,535 parameters)."""
     from boxcar.shared.db.models import CrawlSeed
@@ -163,6 +167,35 @@ def insert_seeds(session: Session, crawl_id: str, seeds: list, batch: int = 500)
     insert = insert_for(session)
     for start in range(0, len(seeds), batch):
         session.execute(insert(CrawlSeed).values(CrawlSeed.rows(crawl_id, seeds[start : start + batch], start)))
+
+
+def attach_tags(session: Session, tags_by_snapshot: dict[str, list[str]]) -> None:
+    """Create the missing Tag rows and link them to the snapshots, idempotently: the one way tags
+    are attached (the crawl-runner's new snapshots, merged seeds and hooks' tags; a user's edit in
+    ingest). Names are cut to the column's 100 characters."""
+    from sqlalchemy import select
+
+    from boxcar.shared.db.models import SnapshotTag, Tag
+
+    names = sorted({n[:100] for names in tags_by_snapshot.values() for n in names if n})
+    if not names:
+        return
+    insert = insert_for(session)
+    ids: dict[str, int] = {}
+    for i in range(0, len(names), BATCH):
+        chunk = names[i : i + BATCH]
+        session.execute(
+            insert(Tag).values([{"name": n} for n in chunk]).on_conflict_do_nothing(index_elements=["name"])
+        )
+        ids.update(session.execute(select(Tag.name, Tag.id).where(Tag.name.in_(chunk))).all())
+    links = [
+        {"snapshot_id": sid, "tag_id": ids[n[:100]]}
+        for sid, tag_names in tags_by_snapshot.items()
+        for n in tag_names
+        if n
+    ]
+    for i in range(0, len(links), BATCH):
+        session.execute(insert(SnapshotTag).values(links[i : i + BATCH]).on_conflict_do_nothing())
 
 
 def insert_for(session: Session):

@@ -15,7 +15,6 @@ from boxcar.shared.clock import utcnow
 from boxcar.shared.db.models import STARTED, Crawl, Snapshot
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import (
-    SUBJECT_TAGS_CHANGED,
     ArchiveResultRecord,
     OutputFile,
     Seed,
@@ -65,7 +64,7 @@ def test_results_tags_and_reindex_keep_the_index(db, tmp_path: Path):
 
     assert library.set_tags(sid, ["ornithology"]) == ["ornithology"]
     assert library.search("ornithology") == []  # not yet: the projector owns the index
-    projector.apply([(SUBJECT_TAGS_CHANGED, encode(TagsChanged(snapshot_ids=[sid])))])
+    projector.apply([(bus.SUBJECT_TAGS_CHANGED, encode(TagsChanged(snapshot_ids=[sid])))])
     assert [r.id for r in library.search("ornithology")] == [sid]
 
     with db.write() as s:
