@@ -1,7 +1,9 @@
 # Boxcar: two commands do all the set-up on a fresh machine.
 #   make run            archive the bundled demo site (offline), or: make run URLS="https://… https://…"
-#   make test           the whole test suite (real NATS JetStream, Postgres, SQLite, hooks, local sites),
-#                       then make compose-test
+#   make test           make check, then the whole test suite (real NATS JetStream, Postgres, SQLite,
+#                       hooks, local sites), then make compose-test
+# Guards:
+#   make check          ruff, ruff format --check, mypy (strict on libs/shared), the fast tests
 # The homelab stack (Docker Compose or podman-compose, whichever is here; README: "Docker Compose"):
 #   make compose-up     build the images, start the stack, wait for every healthcheck
 #   make compose-down   stop it (the archive stays in its volumes)
@@ -11,15 +13,26 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install system-deps up lint bench clean compose-up compose-down compose-test
+.PHONY: run test check typecheck install system-deps up lint bench clean compose-up compose-down compose-test
 
 run: install
 	$(VENV)/bin/boxcar install
 	@if [ -n "$(URLS)" ]; then $(VENV)/bin/boxcar add --wait $(URLS); else $(VENV)/bin/boxcar demo; fi
 
-test: install
+test: install check
 	$(VENV)/bin/pytest
 	$(MAKE) compose-test
+
+# The guards, first in CI (and in .pre-commit-config.yaml): lint, format, types, and the fast
+# tests — those of libs/ and services/ that start no NATS server (`needs_nats`, conftest.py).
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/typecheck.py
+	$(VENV)/bin/pytest -q -m "not needs_nats" libs services
+
+typecheck: install
+	$(PY) scripts/typecheck.py
 
 up: install
 	$(VENV)/bin/boxcar up

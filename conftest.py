@@ -250,6 +250,22 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
         stack.stop(grace=20)
 
 
+#: fixtures that start NATS (and with it a stack): tests using one are not ``make check``'s
+NATS_FIXTURES = frozenset({"nats_url", "make_stack"})
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "needs_nats: starts a NATS server or a stack (not in `make check`)")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Mark every test that starts NATS, so ``make check`` can run the rest quickly
+    (``-m "not needs_nats"``) and ``make test`` runs them all."""
+    for item in items:
+        if NATS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.needs_nats)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The fault scenarios' table rows (``FAULT …``, tests/faults/harness.py) at the end of the run."""
     harness = sys.modules.get("tests.faults.harness")

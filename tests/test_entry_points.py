@@ -11,7 +11,7 @@ import pytest
 
 from boxcar.crawl_runner import queries as q
 from boxcar.crawl_runner.feeds import feed_items
-from boxcar.crawl_runner.runner import CrawlRunner
+from boxcar.crawl_runner.decisions import Decisions
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.ingest.schemas import CrawlCreate
 from boxcar.ingest.services import CrawlService
@@ -44,17 +44,17 @@ def calls(monkeypatch) -> Counter:
 def runner(tmp_path):
     db = Database(f"sqlite:///{tmp_path / 'index.sqlite3'}")
     db.upgrade()
-    yield CrawlRunner(Settings(data_dir=tmp_path), db)
+    yield Decisions(Settings(data_dir=tmp_path), db)
     db.dispose()
 
 
-def started_crawl(runner: CrawlRunner, crawl_id: str) -> list:
+def started_crawl(runner: Decisions, crawl_id: str) -> list:
     """Start the crawl and seed it, as the runner's pass does; returns its first tasks."""
     with runner.db.read() as s:
         seen = s.get(q.Crawl, crawl_id).retry_at
-    runner._start_crawl(crawl_id, seen)
-    runner._seed_crawls()
-    return [o.msg for o in runner._start_snapshots(crawl_id) if hasattr(o.msg, "task_id")]
+    runner.start_crawl(crawl_id, seen)
+    runner.seed_crawls()
+    return [o.msg for o in runner.start_snapshots(crawl_id) if hasattr(o.msg, "task_id")]
 
 
 def test_api_path(calls, runner):

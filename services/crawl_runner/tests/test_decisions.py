@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import select
 
 from boxcar.crawl_runner import queries as q
+from boxcar.crawl_runner.decisions import Decisions
 from boxcar.crawl_runner.planner import plan_for
-from boxcar.crawl_runner.runner import CrawlRunner
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import CrawlConfig
 from boxcar.shared.db import Database
@@ -21,15 +21,15 @@ from boxcar.shared.settings import Settings
 
 
 @pytest.fixture
-def runner(tmp_path) -> CrawlRunner:
+def runner(tmp_path) -> Decisions:
     db = Database(f"sqlite:///{tmp_path / 'index.sqlite3'}")
     db.upgrade()
     settings = Settings(data_dir=tmp_path, url_retry_backoff=30)
-    yield CrawlRunner(settings, db)
+    yield Decisions(settings, db)
     db.dispose()
 
 
-def make_crawl(runner: CrawlRunner, urls: list[str], **config) -> str:
+def make_crawl(runner: Decisions, urls: list[str], **config) -> str:
     crawl = Crawl.new(
         user="system",
         first_url=urls[0],
@@ -46,8 +46,8 @@ def make_crawl(runner: CrawlRunner, urls: list[str], **config) -> str:
     return crawl.id
 
 
-def start(runner: CrawlRunner, crawl_id: str) -> list:
-    return runner._start_snapshots(crawl_id)
+def start(runner: Decisions, crawl_id: str) -> list:
+    return runner.start_snapshots(crawl_id)
 
 
 def tasks(out) -> list[HookTask]:
@@ -152,9 +152,9 @@ def test_a_crawl_config_disabling_a_plugin_plans_without_it(runner):
 
 def test_a_small_crawl_behind_a_huge_one_starts_at_once(runner):
     huge = make_crawl(runner, [f"https://big.example/{i}" for i in range(300)], CRAWL_MAX_CONCURRENT_SNAPSHOTS=2)
-    runner._start_due_snapshots()
+    runner.start_due_snapshots()
     small = make_crawl(runner, ["https://small.example/"])
-    out = runner._start_due_snapshots()  # the huge crawl is at its limit: the small one is served
+    out = runner.start_due_snapshots()  # the huge crawl is at its limit: the small one is served
     assert [t.crawl_id for t in tasks(out)] == [small]
     with runner.db.read() as s:
         assert q.started_count(s, huge) == 2 and q.started_count(s, small) == 1
