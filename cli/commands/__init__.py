@@ -1,0 +1,1 @@
+"""One module per ``boxcar`` command (``boxcar.cli.main`` puts them in one group)."""

@@ -1,0 +1,37 @@
+"""``boxcar token create``: API tokens for scripts (``--read-only``: reads only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from boxcar.cli.common import (
+    common_options,
+    err,
+    settings_for,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+@click.group()
+def token() -> None:
+    """API tokens (stored hashed; shown once)."""
+
+
+@token.command("create")
+@common_options
+@click.option("--name", default="", help="What the token is for")
+@click.option("--read-only", is_flag=True, help="Only GET endpoints (lists, status, search)")
+def token_create(data_dir, name, read_only) -> None:
+    """Create an API token and print it (use it as `Authorization: Bearer <token>`)."""
+    from boxcar.ingest.auth import create_token
+    from boxcar.shared.db import Database
+
+    settings = settings_for(data_dir)
+    db = Database(settings.sqlalchemy_url)
+    db.upgrade()
+    click.echo(create_token(db, name, scope="read" if read_only else "write"))
+    err.print("[dim]store it now: only its hash is kept[/]")
