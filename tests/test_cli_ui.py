@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from boxcar.cli.main import cli
-from boxcar.ingest.accounts import authenticate
+from boxcar.ingest.web.accounts import authenticate
 from boxcar.result_projector import fulltext
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database

@@ -13,7 +13,7 @@ from boxcar.crawl_runner import queries as q
 from boxcar.crawl_runner.feeds import feed_items
 from boxcar.crawl_runner.decisions import Decisions
 from boxcar.hook_executor.hooks import HookProcess
-from boxcar.ingest.schemas import CrawlCreate
+from boxcar.ingest.api.schemas import CrawlCreate
 from boxcar.ingest.services import CrawlService
 from boxcar.shared import messages, urls
 from boxcar.shared.db import Database

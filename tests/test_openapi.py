@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from boxcar.ingest.auth import create_token
+from boxcar.ingest.api.auth import create_token
 from boxcar.shared.db import Database
 
 CONFIG = Path(__file__).parent / "schemathesis" / "schemathesis.toml"

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from boxcar.cli.stack import EmbeddedStack
-from boxcar.ingest import replay
-from boxcar.ingest.accounts import create_user
+from boxcar.ingest.web import replay
+from boxcar.ingest.web.accounts import create_user
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
 from tests.helpers import load_crawl, wait_until

@@ -58,7 +58,7 @@ def install_cmd(data_dir, families, allow_apt, as_json) -> None:
             if row.status in ("disabled", "unrunnable") and not row.binary:
                 label = "[dim]disabled[/]" if row.status == "disabled" else "[red]cannot run[/]"
                 console.print(f"{label} [bold]{row.plugin}[/]: {row.where}", soft_wrap=True)
-    from boxcar.ingest import replay
+    from boxcar.ingest.web import replay
 
     try:
         err.print(f"WARC replay viewer (ReplayWeb.page {replay.VERSION}): {replay.provision(settings)}")

@@ -27,7 +27,7 @@ def token() -> None:
 @click.option("--read-only", is_flag=True, help="Only GET endpoints (lists, status, search)")
 def token_create(data_dir, name, read_only) -> None:
     """Create an API token and print it (use it as `Authorization: Bearer <token>`)."""
-    from boxcar.ingest.auth import create_token
+    from boxcar.ingest.api.auth import create_token
     from boxcar.shared.db import Database
 
     settings = settings_for(data_dir)

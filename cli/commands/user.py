@@ -29,7 +29,7 @@ def user() -> None:
 @click.password_option(help="Prompted (twice) when not given; or set BOXCAR_PASSWORD", envvar="BOXCAR_PASSWORD")
 def user_create(data_dir, name, password) -> None:
     """Create a user who can log in to the web UI."""
-    from boxcar.ingest.accounts import AccountError, create_user
+    from boxcar.ingest.web.accounts import AccountError, create_user
 
     try:
         create_user(open_database(settings_for(data_dir), must_exist=False), name, password)
@@ -44,7 +44,7 @@ def user_create(data_dir, name, password) -> None:
 @click.password_option(envvar="BOXCAR_PASSWORD")
 def user_password(data_dir, name, password) -> None:
     """Set a user's password (their sessions end)."""
-    from boxcar.ingest.accounts import AccountError, set_password
+    from boxcar.ingest.web.accounts import AccountError, set_password
 
     try:
         if not set_password(open_database(settings_for(data_dir)), name, password):

@@ -24,11 +24,9 @@ from litestar.template.config import TemplateConfig
 from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
-from boxcar.ingest.accounts import LoginRequired
-from boxcar.ingest.archive import ArchiveFiles
-from boxcar.ingest.archive_pages import ArchiveFilesController, ReplayController
-from boxcar.ingest.auth import ensure_local_token, require_read_access
-from boxcar.ingest.controllers import (
+from boxcar.ingest import routes
+from boxcar.ingest.api.auth import ensure_local_token, require_read_access
+from boxcar.ingest.api.controllers import (
     CrawlControlController,
     CrawlController,
     FeedController,
@@ -36,13 +34,16 @@ from boxcar.ingest.controllers import (
     SearchController,
     SnapshotController,
 )
+from boxcar.ingest.api.openapi import READS, SECURITY, components, document
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotLibrary
-from boxcar.ingest.openapi import READS, SECURITY, components, document
-from boxcar.ingest.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.ingest.services import CrawlService
 from boxcar.ingest.signals import Signals
 from boxcar.ingest.status import StackStatus, stack_status
+from boxcar.ingest.web.accounts import LoginRequired
+from boxcar.ingest.web.archive import ArchiveFiles
+from boxcar.ingest.web.archive_pages import ArchiveFilesController, ReplayController
+from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.shared import bus, secrets, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -53,7 +54,7 @@ log = logging.getLogger("boxcar.ingest")
 HERE = Path(__file__).resolve().parent
 
 
-@get("/healthz", operation_id="Health", tags=["health"], raises=[ServiceUnavailableException])
+@get(routes.HEALTH, operation_id="Health", tags=["health"], raises=[ServiceUnavailableException])
 async def health(state: State) -> Response[dict[str, bool]]:
     """Readiness: ``db`` whether the database answers (503 when it does not: the API cannot serve),
     ``nats`` whether wake-ups and control requests reach the runners."""
@@ -95,7 +96,7 @@ def internal_error(request: Request, exc: Exception) -> Response:
 
 
 @get(
-    "/api/v1/status",
+    routes.STATUS,
     operation_id="StackStatus",
     tags=["status"],
     guards=[require_read_access],
@@ -172,7 +173,9 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             FeedPages,
             AccountPages,
             ArchiveFilesController,
-            create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
+            create_static_files_router(
+                path=routes.STATIC, directories=[HERE / "web" / "static"], include_in_schema=False
+            ),
         ],
         exception_handlers={
             RequestEntityTooLarge: too_large,
@@ -205,13 +208,13 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             secret=csrf_secret(settings),
             cookie_httponly=True,  # the token reaches pages in their HTML, never through document.cookie
             cookie_samesite="lax",
-            exclude=["^/api/", "^/healthz", "^/schema"],  # API calls carry a token, not a cookie
+            exclude=routes.CSRF_EXEMPT,  # API calls carry a token, not a cookie
         ),
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="Boxcar",
             version="0.1.0",
-            path="/schema",
+            path=routes.SCHEMA,
             description="Self-hosted web archiver: queue URLs, follow crawls.",
             components=components(),
         ),
@@ -237,7 +240,7 @@ async def allow_every_method(message, scope) -> None:
         MutableScopeHeaders.from_message(message)["Allow"] = ", ".join(sorted(methods))
 
 
-TEMPLATES = TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine)
+TEMPLATES = TemplateConfig(directory=HERE / "web" / "templates", engine=JinjaTemplateEngine)
 
 
 def csrf_secret(settings: Settings) -> str:

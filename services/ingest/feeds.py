@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from boxcar.ingest.schemas import FeedCreate, FeedOut, FeedUpdate
+from boxcar.ingest.api.schemas import FeedCreate, FeedOut, FeedUpdate
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db.models import QUEUED, Crawl, CrawlSchedule, FeedItem

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import msgspec
 from sqlalchemy import func, select
 
-from boxcar.ingest.schemas import (
+from boxcar.ingest.api.schemas import (
     CrawlCreate,
     CrawlStatus,
     ResultOut,

@@ -6,8 +6,8 @@ import pytest
 from litestar.testing import TestClient
 from sqlalchemy import select
 
+from boxcar.ingest.api.auth import create_token
 from boxcar.ingest.app import create_app
-from boxcar.ingest.auth import create_token
 from boxcar.shared.db.models import Crawl, CrawlSeed
 from boxcar.shared.settings import Settings
 

@@ -10,8 +10,8 @@ from litestar.testing import TestClient
 from sqlalchemy import select
 
 from boxcar.crawl_runner import queries as q
+from boxcar.ingest.api.auth import create_token
 from boxcar.ingest.app import create_app
-from boxcar.ingest.auth import create_token
 from boxcar.shared import secrets
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db.models import STARTED, ArchiveResult, Crawl, CrawlSeed

@@ -12,8 +12,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from boxcar.ingest.api.auth import create_token
 from boxcar.ingest.app import create_app
-from boxcar.ingest.auth import create_token
 from boxcar.shared.settings import Settings
 
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from boxcar.ingest import accounts
+from boxcar.ingest.api.auth import create_token
 from boxcar.ingest.app import create_app
-from boxcar.ingest.auth import create_token
+from boxcar.ingest.web import accounts
 from boxcar.result_projector import fulltext
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
@@ -224,7 +224,7 @@ def test_guessing_passwords_is_throttled_per_account_without_naming_accounts(arc
     logged: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = logged.append
-    logging.getLogger("boxcar.ingest.accounts").addHandler(handler)
+    logging.getLogger("boxcar.ingest.web.accounts").addHandler(handler)
 
     def attempts(c: TestClient, username: str, passwords: list[str]) -> list:
         token = csrf(c)
@@ -251,7 +251,7 @@ def test_guessing_passwords_is_throttled_per_account_without_naming_accounts(arc
         assert ok.status_code == 303
         with archive["db"].read() as s:
             assert s.get(LoginThrottle, "account:alice") is None
-    logging.getLogger("boxcar.ingest.accounts").removeHandler(handler)
+    logging.getLogger("boxcar.ingest.web.accounts").removeHandler(handler)
 
 
 def test_csrf_cookie_is_httponly_and_pages_refuse_framing(archive):
@@ -344,8 +344,8 @@ def test_the_archive_origin_serves_files_and_nothing_else(archive):
 def test_the_archive_origin_answers_the_replay_frame_as_the_service_worker_would(archive):
     """``/replay/?source=…`` gets ReplayWeb.page's own inner page from the server too (the frame a
     not-yet-controlling service worker lets through), never a 404; only once the viewer is there."""
-    from boxcar.ingest import replay
     from boxcar.ingest.app import create_archive_app
+    from boxcar.ingest.web import replay
 
     settings = Settings(data_dir=archive["data_dir"], public_reads=True, archive_security_mode="separate-origin")
     source = f"/archive/{archive['sealed']}/wget/warc/a.warc.gz"

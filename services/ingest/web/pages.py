@@ -22,15 +22,16 @@ from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter, QueryParameter
 from litestar.response import Redirect, Template
 
-from boxcar.ingest import accounts, replay
-from boxcar.ingest.accounts import SESSION_COOKIE, require_login, require_viewer, viewer_of
-from boxcar.ingest.archive import archive_origin
-from boxcar.ingest.auth import create_token, list_tokens, revoke_token
+from boxcar.ingest import routes
+from boxcar.ingest.api.auth import create_token, list_tokens, revoke_token
+from boxcar.ingest.api.schemas import CrawlCreate, FeedCreate
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotBusy, SnapshotFilter, SnapshotLibrary
-from boxcar.ingest.schemas import CrawlCreate, FeedCreate
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.ingest.signals import BusUnavailable, Signals
+from boxcar.ingest.web import accounts, replay
+from boxcar.ingest.web.accounts import SESSION_COOKIE, require_login, require_viewer, viewer_of
+from boxcar.ingest.web.archive import archive_origin
 from boxcar.shared.crawlconfig import parse_depth
 from boxcar.shared.messages import CrawlControl, ScheduleControl
 
@@ -92,7 +93,7 @@ class SnapshotPages(Controller):
 
     include_in_schema = False
 
-    @get("/", guards=[require_viewer])
+    @get(routes.HOME, guards=[require_viewer])
     async def index(
         self,
         request: Request,
@@ -222,7 +223,7 @@ class CrawlPages(Controller):
 
     include_in_schema = False
 
-    @get("/crawls", guards=[require_viewer])
+    @get(routes.CRAWL_PAGES, guards=[require_viewer])
     async def crawls(
         self, request: Request, library: NamedDependency[SnapshotLibrary], cursor: QueryStr = ""
     ) -> Template:
@@ -281,7 +282,7 @@ class AddPage(Controller):
 
     include_in_schema = False
 
-    @get("/add", guards=[require_login])
+    @get(routes.ADD, guards=[require_login])
     async def form(self, request: Request, crawl_service: NamedDependency[CrawlService]) -> Template:
         return await self._form(request, crawl_service, {"urls": "", "tags": "", "depth": 0, "plugins": []})
 
@@ -295,7 +296,7 @@ class AddPage(Controller):
             plugins=crawl_service.selectable_plugins(),
         )
 
-    @post("/add", guards=[require_login])
+    @post(routes.ADD, guards=[require_login])
     async def submit(
         self, request: Request, crawl_service: NamedDependency[CrawlService], signals: NamedDependency[Signals]
     ) -> Template | Redirect:
@@ -345,11 +346,11 @@ class FeedPages(Controller):
 
     include_in_schema = False
 
-    @get("/feeds", guards=[require_viewer])
+    @get(routes.FEED_PAGES, guards=[require_viewer])
     async def feeds(self, request: Request, feed_service: NamedDependency[FeedService]) -> Template:
         return await render(request, "feeds.html", feeds=await anyio.to_thread.run_sync(feed_service.list))
 
-    @post("/feeds", guards=[require_login])
+    @post(routes.FEED_PAGES, guards=[require_login])
     async def subscribe(
         self, request: Request, feed_service: NamedDependency[FeedService], signals: NamedDependency[Signals]
     ) -> Template | Redirect:
@@ -396,11 +397,11 @@ class AccountPages(Controller):
 
     include_in_schema = False
 
-    @get("/login")
+    @get(routes.LOGIN)
     async def login_form(self, request: Request, next: QueryStr = "/") -> Template:
         return await render(request, "login.html", next=_safe_next(next))
 
-    @post("/login")
+    @post(routes.LOGIN)
     async def login(self, request: Request) -> Template | Redirect:
         """Check the password; on success a fresh session cookie and the page asked for."""
         form = await request.form()
@@ -450,14 +451,14 @@ class AccountPages(Controller):
         )
         return response
 
-    @post("/logout")
+    @post(routes.LOGOUT)
     async def logout(self, request: Request) -> Redirect:
         await anyio.to_thread.run_sync(accounts.end_session, request.app.state.db, request.cookies.get(SESSION_COOKIE))
         response = Redirect("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
 
-    @get("/settings", guards=[require_login])
+    @get(routes.SETTINGS, guards=[require_login])
     async def settings(self, request: Request) -> Template:
         tokens = await anyio.to_thread.run_sync(list_tokens, request.app.state.db)
         return await render(request, "settings.html", tokens=tokens, new_token="")
@@ -485,7 +486,7 @@ class AccountPages(Controller):
 def login_redirect(request: Request, exc: Exception) -> Response:
     """No session: a page asked for with GET goes to the login form; anything else (a form post,
     an archived file) is a 401."""
-    if request.method == "GET" and not request.url.path.startswith(("/api/", "/archive/", "/replay")):
+    if request.method == "GET" and not request.url.path.startswith(routes.NOT_PAGES):
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return Redirect(f"/login?{urlencode({'next': target})}", status_code=303)
     return Response({"status_code": 401, "detail": "log in first"}, status_code=401)

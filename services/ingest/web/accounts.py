@@ -39,7 +39,7 @@ from boxcar.shared.db import Database, insert_for
 from boxcar.shared.db.models import LoginThrottle, User, UserSession
 from boxcar.shared.ids import new_id
 
-log = logging.getLogger("boxcar.ingest.accounts")
+log = logging.getLogger("boxcar.ingest.web.accounts")
 
 SESSION_COOKIE = "boxcar_session"
 MAX_ACCOUNT_FAILURES = 5

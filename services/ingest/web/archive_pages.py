@@ -12,10 +12,10 @@ from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter
 from litestar.response import File, Redirect, Template
 
-from boxcar.ingest import replay
-from boxcar.ingest.accounts import require_viewer
-from boxcar.ingest.archive import ArchiveFiles, archive_origin
 from boxcar.ingest.library import SnapshotLibrary
+from boxcar.ingest.web import replay
+from boxcar.ingest.web.accounts import require_viewer
+from boxcar.ingest.web.archive import ArchiveFiles, archive_origin
 
 PathStr = Annotated[str, PathParameter()]
 NOT_FOUND = "no such archived file"

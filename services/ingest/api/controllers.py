@@ -19,10 +19,9 @@ from litestar.status_codes import (
     HTTP_202_ACCEPTED,
 )
 
-from boxcar.ingest.auth import require_read_access, require_token
-from boxcar.ingest.feeds import FeedService
-from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
-from boxcar.ingest.openapi import (
+from boxcar.ingest import routes
+from boxcar.ingest.api.auth import require_read_access, require_token
+from boxcar.ingest.api.openapi import (
     READ_ONE,
     READS,
     SECURITY,
@@ -32,7 +31,7 @@ from boxcar.ingest.openapi import (
     TooLarge,
     Unprocessable,
 )
-from boxcar.ingest.schemas import (
+from boxcar.ingest.api.schemas import (
     ControlAccepted,
     CrawlCreate,
     CrawlCreated,
@@ -46,6 +45,8 @@ from boxcar.ingest.schemas import (
     SearchPage,
     SnapshotPage,
 )
+from boxcar.ingest.feeds import FeedService
+from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.ingest.signals import BusUnavailable, Signals
 from boxcar.shared.crawlconfig import MAX_DEPTH, parse_depth
@@ -89,7 +90,7 @@ def unprocessable(exc: InputError) -> Unprocessable:
 
 
 class CrawlController(Controller):
-    path = "/api/v1/crawls"
+    path = routes.CRAWLS
     tags = ["crawls"]
 
     @post(
@@ -154,7 +155,7 @@ class CrawlController(Controller):
 
 
 class SnapshotController(Controller):
-    path = "/api/v1/snapshots"
+    path = routes.SNAPSHOTS
     tags = ["snapshots"]
 
     @get(
@@ -200,7 +201,7 @@ class SnapshotController(Controller):
 
 
 class SearchController(Controller):
-    path = "/api/v1/search"
+    path = routes.SEARCH
     tags = ["search"]
 
     @get("/", operation_id="Search", sync_to_thread=True, guards=[require_read_access], security=SECURITY, raises=READS)
@@ -312,7 +313,7 @@ def _flag(value: str | None, name: str) -> bool | None:
 
 
 class ImportController(Controller):
-    path = "/api/v1/imports"
+    path = routes.IMPORTS
     tags = ["imports"]
 
     @post(
@@ -427,7 +428,7 @@ def unavailable(exc: BusUnavailable) -> ServiceUnavailableException:
 
 
 class CrawlControlController(Controller):
-    path = "/api/v1/crawls/{crawl_id:str}"
+    path = routes.CRAWL
     tags = ["crawls"]
 
     @post(
@@ -461,7 +462,7 @@ class CrawlControlController(Controller):
 
 
 class FeedController(Controller):
-    path = "/api/v1/feeds"
+    path = routes.FEEDS
     tags = ["feeds"]
 
     @post(

@@ -31,8 +31,8 @@ from litestar.status_codes import (
     HTTP_422_UNPROCESSABLE_ENTITY,
 )
 
-from boxcar.ingest.auth import API_KEY_HEADER
-from boxcar.ingest.schemas import DEPTH_DESCRIPTION, CrawlCreate, FeedCreate, FeedUpdate, SeedIn
+from boxcar.ingest.api.auth import API_KEY_HEADER
+from boxcar.ingest.api.schemas import DEPTH_DESCRIPTION, CrawlCreate, FeedCreate, FeedUpdate, SeedIn
 from boxcar.shared.crawlconfig import MAX_DEPTH
 
 if TYPE_CHECKING:

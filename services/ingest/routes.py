@@ -1,0 +1,37 @@
+"""Every path ingest serves, in one place: the JSON API under ``API``, the web UI's pages, and
+archived files and replay. Controllers, pages, the CSRF exclusions and the login redirect read
+them from here; templates link to the same paths."""
+
+from __future__ import annotations
+
+# --------------------------------------------------------------------------- the JSON API
+API = "/api/v1"
+CRAWLS = f"{API}/crawls"
+CRAWL = f"{CRAWLS}/{{crawl_id:str}}"
+SNAPSHOTS = f"{API}/snapshots"
+SEARCH = f"{API}/search"
+IMPORTS = f"{API}/imports"
+FEEDS = f"{API}/feeds"
+STATUS = f"{API}/status"
+HEALTH = "/healthz"
+SCHEMA = "/schema"
+
+# --------------------------------------------------------------------------- the web UI
+HOME = "/"
+LOGIN = "/login"
+LOGOUT = "/logout"
+ADD = "/add"
+CRAWL_PAGES = "/crawls"
+FEED_PAGES = "/feeds"
+SETTINGS = "/settings"
+STATIC = "/static"
+
+# --------------------------------------------------------------------------- archived content
+ARCHIVE = "/archive"
+REPLAY = "/replay"
+REPLAY_VIEW = "/replay-view"
+
+#: paths whose requests carry an API token, never the session cookie: no CSRF token needed
+CSRF_EXEMPT = [f"^{API}/", f"^{HEALTH}", f"^{SCHEMA}"]
+#: paths a page GET without a session is not redirected to the login from (they answer 401/404)
+NOT_PAGES = (f"{API}/", f"{ARCHIVE}/", REPLAY)
