@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from boxcar.crawl_runner import queries as q
-from boxcar.crawl_runner.feeds import feed_items
 from boxcar.crawl_runner.decisions import Decisions
+from boxcar.crawl_runner.feeds import feed_items
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.ingest.api.schemas import CrawlCreate
 from boxcar.ingest.services import CrawlService

@@ -18,8 +18,8 @@ import pytest
 
 from boxcar.binary_resolver.resolver import resolve_binary
 from boxcar.hook_executor.binaries import BinaryEnv, BinaryUnavailable
-from boxcar.hook_executor.nodebundle import PuppeteerBundles, entry_points
 from boxcar.hook_executor.warm import WarmInterpreters
+from boxcar.hook_executor.warm.nodebundle import PuppeteerBundles, entry_points
 from boxcar.shared.binaries import ESBUILD
 from boxcar.shared.messages import BinaryRequest
 from boxcar.shared.plugins import get_catalog, parse_hook
@@ -177,6 +177,6 @@ def test_the_executor_uses_a_bundle_only_once_built_and_never_a_failed_one(tmp_p
         await bundles.wait()
         assert warm.node_path(node_hook, elsewhere, esbuild_path) is elsewhere
 
-    with caplog.at_level(logging.WARNING, logger="boxcar.hook_executor.nodebundle"):
+    with caplog.at_level(logging.WARNING, logger="boxcar.hook_executor.warm.nodebundle"):
         asyncio.run(scenario())
     assert "puppeteer-core unbundled: esbuild unavailable: binary 'esbuild' unavailable" in caplog.text

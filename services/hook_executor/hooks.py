@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from boxcar.hook_executor.zygote import Zygote
+from boxcar.hook_executor.warm.zygote_client import Zygote
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import (

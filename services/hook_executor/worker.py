@@ -21,9 +21,9 @@ from boxcar.hook_executor.binaries import BinaryClient
 from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.egress import EgressProxy
 from boxcar.hook_executor.environment import HOOK_SUBSTITUTES
-from boxcar.hook_executor.nodebundle import PuppeteerBundles
 from boxcar.hook_executor.task import TaskExecutor
 from boxcar.hook_executor.warm import WarmInterpreters
+from boxcar.hook_executor.warm.nodebundle import PuppeteerBundles
 from boxcar.shared import bus, telemetry
 from boxcar.shared.egress import EgressPolicy
 from boxcar.shared.families import load_families

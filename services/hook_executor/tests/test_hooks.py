@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from boxcar.hook_executor.hooks import HookProcess
-from boxcar.hook_executor.zygote import Zygote
+from boxcar.hook_executor.warm.zygote_client import Zygote
 from boxcar.shared.messages import encode
 from boxcar.shared.plugins import Hook, get_catalog, parse_hook
 

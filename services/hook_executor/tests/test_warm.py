@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from boxcar.hook_executor import warm
+from boxcar.hook_executor.warm import interpreters as warm
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
-from boxcar.hook_executor.zygote import Zygote
+from boxcar.hook_executor.warm.zygote_client import Zygote
 from boxcar.shared.plugins import get_catalog, parse_hook
 
 WORKER = "import sys, json; print(json.dumps([sys.argv[1:], 'decimal' in sys.modules])); sys.exit(3)"

@@ -29,10 +29,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from boxcar.hook_executor import zygote_wire
 from boxcar.hook_executor.binaries import BinaryEnv
-from boxcar.hook_executor.nodebundle import PuppeteerBundles
-from boxcar.hook_executor.zygote import HOOK_PRELOAD, Zygote
+from boxcar.hook_executor.warm import zygote_wire
+from boxcar.hook_executor.warm.nodebundle import PuppeteerBundles
+from boxcar.hook_executor.warm.zygote_client import HOOK_PRELOAD, Zygote
 from boxcar.shared.plugins import Hook, PluginCatalog
 
 log = logging.getLogger(__name__)
