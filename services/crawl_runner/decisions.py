@@ -10,6 +10,9 @@ functions over a real database with no NATS at all.
 A crawl whose steps keep failing is set aside with back-off and, after ``STEP_FAILURE_LIMIT``
 tries, given up with its error shown on it (``_per_crawl``): no crawl, failing or huge, holds up
 the others.
+
+(About 500 lines on purpose: every decision of the runner in one file, read top to bottom as
+the lifecycle it drives, beside ``queries``, which holds every transition's guard.)
 """
 
 from __future__ import annotations

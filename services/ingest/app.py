@@ -30,10 +30,10 @@ from boxcar.ingest.api.controllers import (
     CrawlControlController,
     CrawlController,
     FeedController,
-    ImportController,
     SearchController,
     SnapshotController,
 )
+from boxcar.ingest.api.imports import ImportController
 from boxcar.ingest.api.openapi import READS, SECURITY, components, document
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotLibrary
