@@ -42,23 +42,14 @@ from boxcar.hook_executor.warm import node_compile_cache
 from boxcar.shared import secrets, telemetry
 from boxcar.shared.crawlconfig import CrawlConfig
 from boxcar.shared.plugins import Hook, PluginCatalog
+from boxcar.shared.quirks import Credentials, quirk, substitutes
 from boxcar.shared.settings import Settings
 from boxcar.shared.storage import write_atomic
 from boxcar.shared.urls import with_userinfo
 
 #: Per-plugin environment Boxcar sets for a hook, after everything else, and why:
-#: staticfile waits for the ``responses`` plugin's capture of the document when RESPONSES_ENABLED
-#: is true (its default), and that capture is overwritten by Chromium's PDF-viewer wrapper; with
-#: it false, staticfile records the original response body itself (abx-plugins 1.13.572).
-HOOK_ENV_OVERRIDES: dict[str, dict[str, str]] = {"staticfile": {"RESPONSES_ENABLED": "False"}}
-
-#: Hooks Boxcar runs with its own script instead of the plugin's, and why: abx-plugins 1.13.572's
-#: singlefile hook drives the SingleFile extension from the Chrome Web Store (unreachable here);
-#: ``singlefile_tab.js`` runs the same SingleFile page script from the npm ``single-file-cli``
-#: package in the snapshot's tab and writes the same ``singlefile/singlefile.html``.
-HOOK_SUBSTITUTES: dict[str, Path] = {
-    "on_Snapshot__50_singlefile": Path(__file__).with_name("singlefile_tab.js"),
-}
+#: Hooks Boxcar runs with its own script instead of the plugin's (``quirks``: which, and why).
+HOOK_SUBSTITUTES: dict[str, Path] = {name: Path(__file__).with_name(script) for name, script in substitutes().items()}
 
 
 def substitute(hook: Hook) -> Hook:
@@ -165,11 +156,15 @@ class HookEnvironment:
     def url_for(self, hook: Hook) -> str:
         """The ``--url`` of ``hook``: with the page's credentials, except for wget (``WGETRC``) and
         the browser's hooks (the tab gets them over DevTools: ``basic_auth``)."""
-        if self.credentials is None:
-            return self.url
-        if hook.plugin == "wget" or self.in_browser(hook):
+        if self.credentials is None or self.credentials_by(hook) is not Credentials.URL:
             return self.url
         return self.fetch_url
+
+    def credentials_by(self, hook: Hook) -> Credentials:
+        """How ``hook`` gets the page's credentials (``quirks``; a hook in the tab: over DevTools)."""
+        if self.in_browser(hook):
+            return Credentials.DEVTOOLS
+        return quirk(hook.plugin).credentials
 
     def in_browser(self, hook: Hook) -> bool:
         """True for a hook of the chrome plugin or of one that requires it (it runs in the tab)."""
@@ -234,11 +229,11 @@ class HookEnvironment:
     def hook_env(self, hook: Hook, binaries: BinaryEnv, context: Mapping[str, Any]) -> dict[str, str]:
         """The full environment of one hook process."""
         env = binaries.apply(self.base)
-        env.update(HOOK_ENV_OVERRIDES.get(hook.plugin, {}))
+        env.update(quirk(hook.plugin).hook_env)
         if hook.name in HOOK_SUBSTITUTES:
             env["BOXCAR_ABX_PLUGINS_DIR"] = str(self.catalog.plugins_dir)
         env.update(media.hook_env(hook, self.resolved, env))
-        if self._wgetrc is not None and hook.plugin == "wget":
+        if self._wgetrc is not None and self.credentials_by(hook) is Credentials.WGETRC:
             env["WGETRC"] = str(self._wgetrc)
         env["EXTRA_CONTEXT"] = json.dumps({**context, "plugin": hook.plugin, "hook_name": hook.name})
         # W3C context for hooks, as the OpenTelemetry environment-carrier convention spells it.

@@ -28,6 +28,7 @@ import msgspec
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.shared.messages import ArchiveResultRecord, ResultStatus
 from boxcar.shared.plugins import Hook
+from boxcar.shared.quirks import AfterRun, quirk
 
 MEDIA_SUFFIXES = frozenset(
     ".mp4 .webm .mkv .avi .mov .flv .wmv .m4v .mp3 .m4a .ogg .oga .opus .wav .flac .aac .ts".split()
@@ -40,7 +41,7 @@ _BLOB = re.compile(r'Unsupported url scheme: "blob"')
 
 def hook_env(hook: Hook, resolved: Mapping[str, Mapping[str, Any]], env: Mapping[str, str]) -> dict[str, str]:
     """Extra environment for a media hook: ``--max-filesize`` from ``YTDLP_MAX_SIZE`` for ytdlp."""
-    if hook.plugin != "ytdlp":
+    if quirk(hook.plugin).after_run is not AfterRun.MEDIA:
         return {}
     size = str((resolved.get("ytdlp") or {}).get("YTDLP_MAX_SIZE") or "").strip()
     if not size:

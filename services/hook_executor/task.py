@@ -57,6 +57,7 @@ from boxcar.shared.messages import (
     encode,
 )
 from boxcar.shared.plugins import Hook, PluginCatalog
+from boxcar.shared.quirks import AfterRun, PageResponse, quirk
 from boxcar.shared.secrets import SecretUnavailable
 from boxcar.shared.settings import Settings
 from boxcar.shared.storage import remove_executor_internal
@@ -344,7 +345,8 @@ class TaskRun:
             if hook.is_background:
                 await proc.wait_ready(self.cancelled)
                 self.background.append(proc)
-                if hook.plugin == "chrome" and "chrome_tab" in hook.name and env.credentials:
+                tab_hook = quirk(hook.plugin).tab_hook
+                if tab_hook and tab_hook in hook.name and env.credentials:
                     await self._answer_basic_auth()
                 return
             await proc.wait(self.cancelled)
@@ -371,13 +373,14 @@ class TaskRun:
         """Publish the hook's Process and ArchiveResult; if they cannot be built or encoded, a
         ``failed`` result that says why (a hook never goes unrecorded)."""
         task, env = self.task, self.env
-        if proc.hook.plugin == "wget" and proc.started_at is not None:
+        special = quirk(proc.hook.plugin)
+        if special.after_run is AfterRun.WARC and proc.started_at is not None:
             await asyncio.to_thread(self._finalize_warcs, proc.started_at.timestamp())
         try:
             result = proc.archive_result(task.snapshot_id, task.crawl_id)
-            if proc.hook.plugin == "staticfile" and result.status == ResultStatus.SUCCEEDED:
+            if special.after_run is AfterRun.DOCUMENT and result.status == ResultStatus.SUCCEEDED:
                 result = await asyncio.to_thread(documents.describe_staticfile, result, proc, self.snap_dir)
-            if proc.hook.plugin == "ytdlp":
+            if special.after_run is AfterRun.MEDIA:
                 result = media.check_download(result, proc)
             result = msgspec.structs.replace(
                 result,
@@ -401,9 +404,10 @@ class TaskRun:
             )
             process = None
         await self.x.publish_result(result, process)
-        if proc.hook.plugin == "wget":
+        if special.page_response is PageResponse.WGET_LOG:
             self.wget_log = env.redact(proc.stderr_head())
-        if proc.hook.plugin == "chrome" and "navigate" in proc.hook.name and result.status == ResultStatus.FAILED:
+        navigation = special.page_response is PageResponse.NAVIGATION and "navigate" in proc.hook.name
+        if navigation and result.status == ResultStatus.FAILED:
             self.navigate_error = responses.network_error_in(f"{result.output_str} {result.notes}")
         self.completed.discovered.extend(proc.discovered())
         self.completed.tags.extend(t for t in proc.tags() if t not in self.completed.tags)
@@ -419,7 +423,7 @@ class TaskRun:
     async def _answer_basic_auth(self) -> None:
         """The tab is open: give it the page's credentials over DevTools before it navigates."""
         user, password = self.env.credentials
-        responder = BasicAuthResponder(self.snap_dir / "chrome", self.task.url, user, password)
+        responder = BasicAuthResponder(self.snap_dir / "chrome", self.task.url, user, password)  # the tab's files
         try:
             await responder.start()
         except (OSError, ValueError, TimeoutError) as exc:  # the page is then captured without them

@@ -46,6 +46,7 @@ from boxcar.shared.messages import (
     TagsChanged,
     decode,
 )
+from boxcar.shared.quirks import title_sources
 from boxcar.shared.settings import Settings
 from boxcar.shared.titles import page_title
 from boxcar.shared.urls import url_domain
@@ -55,7 +56,7 @@ tracer = telemetry.tracer("boxcar.result_projector")
 
 BATCH = 100
 REPAIR_INTERVAL = 30.0
-TITLE_SOURCES = ("title", "seo", "staticfile")
+TITLE_SOURCES = title_sources()  # best first (``quirks``)
 
 
 def upsert_archiveresult(s: Session, r: ArchiveResultRecord) -> str:

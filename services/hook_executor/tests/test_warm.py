@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from boxcar.hook_executor.warm import interpreters as warm
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
+from boxcar.hook_executor.warm import interpreters as warm
 from boxcar.hook_executor.warm.zygote_client import Zygote
 from boxcar.shared.plugins import get_catalog, parse_hook
 
