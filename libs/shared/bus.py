@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -43,6 +44,8 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.errors import NotFoundError
+from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
 
 from boxcar.shared import telemetry
 from boxcar.shared.messages import encode
@@ -182,6 +185,7 @@ async def connect(url: str, name: str) -> NATS:
 async def ensure_streams(js: JetStreamContext) -> None:
     """Create or update Boxcar's streams so they match ``STREAMS`` (safe to run concurrently)."""
     for config in STREAMS:
+        assert config.name is not None  # every stream of STREAMS is named
         try:
             info = await js.stream_info(config.name)
         except NotFoundError:
@@ -199,7 +203,7 @@ async def ensure_streams(js: JetStreamContext) -> None:
             await js.update_stream(config)
 
 
-async def cancelled_bucket(js: JetStreamContext):
+async def cancelled_bucket(js: JetStreamContext) -> KeyValue:
     """The ``CANCELLED`` key-value bucket (crawl id → ISO time), created if missing."""
     try:
         return await js.key_value(CANCELLED_BUCKET)
@@ -211,7 +215,7 @@ async def cancelled_bucket(js: JetStreamContext):
         )
 
 
-async def discovered_store(js: JetStreamContext):
+async def discovered_store(js: JetStreamContext) -> ObjectStore:
     """The ``DISCOVERED`` object store (a task's discovered URLs as JSON lines), created if missing."""
     try:
         return await js.object_store(DISCOVERED_BUCKET)
@@ -319,12 +323,18 @@ async def publish_many(js: JetStreamContext, items: list[Outgoing], timeout: flo
             raise result
 
 
-def headers_of(msg) -> dict[str, str]:
+def headers_of(msg: Msg) -> dict[str, str]:
     """A received message's headers (never None)."""
     return dict(msg.headers or {})
 
 
 # ----------------------------------------------------------------------------- consuming
+
+
+#: ``handler(msg)``, ``batch_handler(msgs)`` and ``on_dead(msg, error)`` of ``consume``
+Handler = Callable[[Msg], Awaitable[None]]
+BatchHandler = Callable[[list[Msg]], Awaitable[None]]
+DeadHandler = Callable[[Msg, BaseException], Awaitable[None]]
 
 
 class Poison(Exception):
@@ -333,10 +343,11 @@ class Poison(Exception):
 
 def retry_delay(num_delivered: int, base: float = 2.0, cap: float = 60.0) -> float:
     """Seconds before redelivering a message that failed ``num_delivered`` times: 2, 4, 8 … ≤ 60."""
-    return min(cap, base * 2 ** max(0, num_delivered - 1))
+    delay: float = min(cap, base * 2 ** max(0, num_delivered - 1))
+    return delay
 
 
-async def dead_letter(js: JetStreamContext, consumer: str, msg, error: BaseException | str) -> None:
+async def dead_letter(js: JetStreamContext, consumer: str, msg: Msg, error: BaseException | str) -> None:
     """Keep a message that can never be handled in ``DEADLETTER`` (subject
     ``deadletter.<consumer>``) with its original subject, delivery count and the error."""
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
@@ -359,7 +370,7 @@ async def dead_letter(js: JetStreamContext, consumer: str, msg, error: BaseExcep
 async def consume(
     js: JetStreamContext,
     sub: JetStreamContext.PullSubscription,
-    handler,
+    handler: Handler,
     *,
     consumer: str,
     stop: asyncio.Event,
@@ -367,8 +378,8 @@ async def consume(
     batch: int = 20,
     concurrency: int = 1,
     heartbeat: float | None = None,
-    batch_handler=None,
-    on_dead=None,
+    batch_handler: BatchHandler | None = None,
+    on_dead: DeadHandler | None = None,
     grace: float = 20.0,
 ) -> None:
     """The one consumer loop every service uses (nats.py's worker-pool and acknowledgement examples).
@@ -388,10 +399,10 @@ async def consume(
     When ``stop`` is set, fetching stops, handlers in flight get ``grace`` seconds, then are
     cancelled and their messages ``nak``-ed for another replica.
     """
-    inflight: set[asyncio.Task] = set()
+    inflight: set[asyncio.Task[None]] = set()
     free_slot = asyncio.Event()
 
-    async def settle(msg) -> None:
+    async def settle(msg: Msg) -> None:
         beat = asyncio.create_task(_beat(msg, heartbeat)) if heartbeat else None
         try:
             await handler(msg)
@@ -420,7 +431,7 @@ async def consume(
             if beat:
                 beat.cancel()
 
-    def done(job: asyncio.Task) -> None:
+    def done(job: asyncio.Task[None]) -> None:
         inflight.discard(job)
         free_slot.set()
 
@@ -472,7 +483,9 @@ async def consume(
 FETCH_WAIT = 5.0
 
 
-async def _fetch_unless_stopped(sub, want: int, stop: asyncio.Event):
+async def _fetch_unless_stopped(
+    sub: JetStreamContext.PullSubscription, want: int, stop: asyncio.Event
+) -> list[Msg] | None:
     """``sub.fetch`` for up to ``FETCH_WAIT`` seconds; None as soon as ``stop`` is set."""
     fetch = asyncio.create_task(sub.fetch(want, timeout=FETCH_WAIT))
     stopper = asyncio.create_task(stop.wait())
@@ -485,7 +498,9 @@ async def _fetch_unless_stopped(sub, want: int, stop: asyncio.Event):
     return fetch.result()
 
 
-async def _give_up(js: JetStreamContext, consumer: str, msg, exc: BaseException, on_dead) -> None:
+async def _give_up(
+    js: JetStreamContext, consumer: str, msg: Msg, exc: BaseException, on_dead: DeadHandler | None
+) -> None:
     if on_dead is not None:
         try:
             await on_dead(msg, exc)
@@ -505,13 +520,13 @@ async def _give_up(js: JetStreamContext, consumer: str, msg, exc: BaseException,
     await _quietly(msg.term())
 
 
-async def _beat(msg, interval: float) -> None:
+async def _beat(msg: Msg, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         await _quietly(msg.in_progress())
 
 
-async def _quietly(coro) -> None:
+async def _quietly(coro: Awaitable[object]) -> None:
     """Ack/nak/term: the server may be gone for a moment; redelivery covers a lost ack."""
     try:
         await coro

@@ -124,7 +124,8 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*(\d{1,15})\s*([kmgt]?)b?\s*", text, re.IGNORECASE)
     if not match:
         raise ValueError(f"expected a size like 500m or 2g, got {text[:40]!r}")
-    return int(match[1]) * 1024 ** "_kmgt".index(match[2].lower() or "_")
+    size: int = int(match[1]) * 1024 ** "_kmgt".index(match[2].lower() or "_")
+    return size
 
 
 class CrawlConfig(msgspec.Struct, frozen=True):
@@ -315,6 +316,7 @@ class _AllowList:
                 raise ConfigError(key, f"must be between {low} and {high}")
             return str(number)
         if kind == "bytes":
+            assert spec is not None  # only Boxcar's own settings are of this kind
             try:
                 number = parse_size(text)
             except ValueError as exc:

@@ -39,11 +39,15 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import msgspec
+
+if TYPE_CHECKING:
+    from boxcar.shared.settings import Settings
 
 POLICY_ENV = "BOXCAR_EGRESS_POLICY"
 
@@ -93,7 +97,7 @@ def embedded_ipv4(ip: IPAddress) -> list[IPAddress]:
 
 
 @contextlib.contextmanager
-def _no_error():
+def _no_error() -> Iterator[None]:
     with contextlib.suppress(OSError, ValueError):
         yield
 
@@ -212,7 +216,7 @@ class EgressPolicy(msgspec.Struct, frozen=True):
     runtime_ports_dir: str = ""
 
     @classmethod
-    def from_settings(cls, settings, environ=None) -> EgressPolicy:
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> EgressPolicy:
         """The policy for this deployment: ``URL_ALLOW_PRIVATE``, the service URLs in the settings
         (``NATS_URL`` and its monitoring port, ``DATABASE_URL``, the API, ``ARCHIVE_PORT``),
         ``EGRESS_SERVICES`` (extra ``host:port``, comma-separated) and ``URL_ALLOWLIST``'s
@@ -235,9 +239,9 @@ class EgressPolicy(msgspec.Struct, frozen=True):
                 if parts.scheme == "nats" and port:
                     services.append((parts.hostname, 8222))  # NATS' HTTP monitoring port
         for item in environ.get("EGRESS_SERVICES", "").split(","):
-            host, _, port = item.strip().rpartition(":")
-            if host and port.isdigit():
-                services.append((host.strip("[]"), int(port)))
+            host, _, digits = item.strip().rpartition(":")
+            if host and digits.isdigit():
+                services.append((host.strip("[]"), int(digits)))
         domains = [p.strip().lower().lstrip("*.") for p in settings.url_allowlist.split(",") if p.strip()]
         allowed = [d for d in domains if d and all(ch.isalnum() or ch in ".-" for ch in d)]
         return cls(
@@ -329,7 +333,7 @@ def resolve(host: str) -> list[IPAddress]:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OSError):
         return []
-    return list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos))
+    return list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
 
 
 def url_refusal(policy: EgressPolicy, url: str) -> str:

@@ -12,11 +12,13 @@ never loads httpx.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import anyio.to_thread
 import httpcore
 import httpx
+from httpcore._backends.base import SOCKET_OPTION
 
 from boxcar.shared.egress import EgressPolicy, Refused
 
@@ -36,7 +38,14 @@ class PolicyBackend(httpcore.AsyncNetworkBackend):
         self.policy = policy
         self.inner = httpcore.AnyIOBackend()
 
-    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
         try:
             address = await anyio.to_thread.run_sync(self.policy.check, host, port)
         except Refused as exc:
@@ -45,7 +54,9 @@ class PolicyBackend(httpcore.AsyncNetworkBackend):
             address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
         )
 
-    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[SOCKET_OPTION] | None = None
+    ) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("unix sockets are never fetched")
 
     async def sleep(self, seconds: float) -> None:

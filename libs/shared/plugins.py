@@ -144,7 +144,8 @@ class PluginCatalog:
             ``{plugin: {KEY: typed value}}``, e.g. ``{"wget": {"WGET_TIMEOUT": 60, ...}}``.
         """
         names = tuple(sorted(set(self.with_requirements(plugins)) | {"base"}))
-        return _resolve_cached(self, names, tuple(sorted(environ.items())))
+        resolved: dict[str, dict[str, Any]] = _resolve_cached(self, names, tuple(sorted(environ.items())))
+        return resolved
 
     def enabled_plugins(self, selected: Iterable[str], environ: Mapping[str, str]) -> list[str]:
         """The plugins of ``selected`` (plus requirements) that are enabled (see ``disabled``)."""
@@ -167,7 +168,7 @@ class PluginCatalog:
 
     def required_binaries(
         self, plugin: str, resolved: Mapping[str, Any], lib_dir: str
-    ) -> list[tuple[str | None, dict]]:
+    ) -> list[tuple[str | None, dict[str, Any]]]:
         """The plugin's ``required_binaries`` records, hydrated with its resolved config and
         ``lib_dir`` (``ABXPKG_LIB_DIR``: every managed ``install_root`` lies under it).
 
@@ -206,11 +207,14 @@ class PluginCatalog:
 
 
 @functools.lru_cache(maxsize=64)
-def _resolve_cached(catalog: PluginCatalog, names: tuple[str, ...], environ: tuple[tuple[str, str], ...]):
+def _resolve_cached(
+    catalog: PluginCatalog, names: tuple[str, ...], environ: tuple[tuple[str, str], ...]
+) -> dict[str, dict[str, Any]]:
     from abx_plugins.plugins.base.utils import resolve_plugin_configs
 
     schemas = {n: catalog.plugins[n].schema for n in names if n in catalog.plugins}
-    return resolve_plugin_configs(schemas, environ=dict(environ))
+    resolved: dict[str, dict[str, Any]] = resolve_plugin_configs(schemas, environ=dict(environ))
+    return resolved
 
 
 def env_value(value: Any) -> str:

@@ -9,18 +9,20 @@ import gc
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 
 _PR_SET_PDEATHSIG = 1
+_libc: ctypes.CDLL | None
 try:
     _libc = ctypes.CDLL(None, use_errno=True)  # loaded now: a forked child must not dlopen
 except OSError:  # pragma: no cover - non-glibc platforms
     _libc = None
 
 
-def die_with_parent(sig: int = signal.SIGKILL):
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     """A ``preexec_fn`` for ``subprocess``: new session (own process group, so the parent can
     signal the whole tree with ``killpg``) and ``sig`` delivered when the parent dies — even by
     SIGKILL — so no child outlives the service that started it (Linux ``PR_SET_PDEATHSIG``)."""

@@ -40,7 +40,8 @@ def cron_expression(schedule: str) -> str:
 
 def next_run(schedule: str, after: datetime) -> datetime:
     """The first time strictly after ``after`` the schedule fires (UTC)."""
-    return croniter(cron_expression(schedule), after).get_next(datetime)
+    fires: datetime = croniter(cron_expression(schedule), after).get_next(datetime)
+    return fires
 
 
 def backoff(failures: int) -> timedelta:

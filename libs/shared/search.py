@@ -69,7 +69,7 @@ class SearchHit(msgspec.Struct, frozen=True):
 
 def is_search_table(name: str | None) -> bool:
     """True for the search index's own tables (FTS5 adds shadow tables ``search_fts_*``)."""
-    return bool(name) and any(name == t or name.startswith(t + "_") for t in TABLES)
+    return name is not None and any(name == t or name.startswith(t + "_") for t in TABLES)
 
 
 def _dialect(s: Session) -> str:
@@ -104,7 +104,7 @@ def index_documents(s: Session, docs: Iterable[SearchDocument]) -> int:
                 "body": _clean(doc.body, MAX_BODY_CHARS),
             },
         )
-        written += result.rowcount or 0
+        written += getattr(result, "rowcount", 0) or 0  # a CursorResult: DML
     return written
 
 

@@ -37,7 +37,7 @@ class BoundedFormatter(logging.Formatter):
             record.message = f"{record.message[:MAX_LOG_MESSAGE]} … [{cut} characters cut]"
         return super().formatMessage(record)
 
-    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+    def formatException(self, ei: logging._SysExcInfoType) -> str:  # noqa: N802 - logging's name
         lines = super().formatException(ei).splitlines()
         if len(lines) > 40:
             lines = [lines[0], f"  … [{len(lines) - 40} lines cut]", *lines[-39:]]
@@ -57,7 +57,7 @@ def setup_logging(service: str) -> None:
 @contextlib.asynccontextmanager
 async def run_service(
     name: str, *, database: bool = True
-) -> AsyncIterator[tuple[Settings, Database | None, asyncio.Future]]:
+) -> AsyncIterator[tuple[Settings, Database | None, asyncio.Future[str]]]:
     """Set a service process up and tear it down.
 
     Args:
@@ -77,7 +77,7 @@ async def run_service(
     if db is not None:
         await asyncio.to_thread(db.upgrade_in_child)
     loop = asyncio.get_running_loop()
-    stopping: asyncio.Future = loop.create_future()
+    stopping: asyncio.Future[str] = loop.create_future()
 
     def _stop(signame: str) -> None:
         logging.getLogger(name).info("%s received: finishing current work", signame)

@@ -334,7 +334,7 @@ def settings_table() -> str:
     rows = ["| variable | default | |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         key = name.upper()
-        default = field.default_factory() if field.default_factory else field.default
+        default = field.get_default(call_default_factory=True, validated_data={})
         if isinstance(default, list):
             default = ",".join(default)
         if key in ("DATA_DIR",):

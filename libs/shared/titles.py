@@ -10,6 +10,7 @@ fewer than three words or too short a title to trust.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _SEPARATORS = r"[\|\-\\/>»]"
 _AFTER_LAST = re.compile(rf"(.*){_SEPARATORS} .*", re.DOTALL)
@@ -38,7 +39,7 @@ def clean_document_title(title: str) -> str:
     return cleaned
 
 
-def page_title(title_output: str, seo: dict | None) -> str:
+def page_title(title_output: str, seo: dict[str, Any] | None) -> str:
     """The snapshot title: ``og:title`` when the page has one, else the cleaned document title.
 
     Args:

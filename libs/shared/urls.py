@@ -20,8 +20,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Mapping
-from urllib.parse import quote, urlsplit, urlunsplit
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 import idna
 
@@ -99,7 +100,7 @@ _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
-def _normalize_escape(match: re.Match) -> str:
+def _normalize_escape(match: re.Match[str]) -> str:
     char = chr(int(match[1], 16))
     return char if char in _UNRESERVED else "%" + match[1].upper()
 
@@ -132,7 +133,7 @@ def with_userinfo(canonical_url: str, userinfo: str) -> str:
     return f"{scheme}://{userinfo}@{rest}"
 
 
-def _canonical_host(url: str, parts) -> str:
+def _canonical_host(url: str, parts: SplitResult) -> str:
     hostname = parts.hostname
     if not hostname:
         raise InvalidURL(url, "URL has no host")
@@ -146,7 +147,7 @@ def _canonical_host(url: str, parts) -> str:
         ascii_host = hostname.encode("ascii").decode("ascii").lower()
     except UnicodeEncodeError:
         try:
-            ascii_host = idna.encode(hostname, uts46=True).decode("ascii")
+            ascii_host = str(idna.encode(hostname, uts46=True), "ascii")
         except idna.IDNAError as exc:
             raise InvalidURL(url, f"invalid international domain name ({exc})") from None
     if not ascii_host or not _HOST_OK.match(ascii_host) or ".." in ascii_host:
@@ -189,7 +190,7 @@ def _patterns(setting: str, value: str) -> list[str]:
     return patterns
 
 
-def _re2_options():
+def _re2_options() -> Any:
     import re2
 
     options = re2.Options()
@@ -197,6 +198,10 @@ def _re2_options():
     options.max_mem = MAX_PATTERN_MEMORY
     options.log_errors = False
     return options
+
+
+#: ``(host, url) -> matches``: one compiled URL_ALLOWLIST/URL_DENYLIST pattern
+Matcher = Callable[[str, str], bool]
 
 
 class UrlFilter:
@@ -225,12 +230,13 @@ class UrlFilter:
         return cls(config.get("URL_ALLOWLIST", allowlist), config.get("URL_DENYLIST", denylist))
 
     @staticmethod
-    def _compile(setting: str, pattern: str):
+    def _compile(setting: str, pattern: str) -> Matcher:
         if _DOMAIN.match(pattern):
             domain = pattern.lower()
             if domain.startswith("*."):
-                return lambda host, url, d=domain[1:]: host.endswith(d)
-            return lambda host, url, d=domain: host == d or host.endswith("." + d)
+                suffix = domain[1:]
+                return lambda host, url: host.endswith(suffix)
+            return lambda host, url: host == domain or host.endswith("." + domain)
         import re2
 
         try:
@@ -238,7 +244,7 @@ class UrlFilter:
         except re2.error as exc:
             message = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
             raise ValueError(f"{setting}: invalid regex for RE2, or too large: {pattern[:200]!r} ({message})") from None
-        return lambda host, url, r=regex: r.search(url) is not None
+        return lambda host, url: regex.search(url) is not None
 
     def reason(self, url: str) -> str | None:
         """None when ``url`` (canonical) may be archived, else why not."""

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any, cast
 
-from sqlalchemy import Update, exists, func, or_, select, update
+from sqlalchemy import CursorResult, Update, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from boxcar.shared.db import BATCH, attach_tags, insert_for
@@ -78,7 +79,13 @@ TASK_OPEN = (TaskStatus.PLANNED, TaskStatus.DISPATCHED)
 
 def _one(s: Session, stmt: Update) -> bool:
     """Run a conditional UPDATE; True when it changed exactly one row (the guard held)."""
-    return s.execute(stmt).rowcount == 1
+    return _rowcount(s, stmt) == 1
+
+
+def _rowcount(s: Session, stmt: Update) -> int:
+    """Rows a DML statement changed (its ``CursorResult.rowcount``)."""
+    result = cast(CursorResult[Any], s.execute(stmt))
+    return result.rowcount
 
 
 def _chunks[T](items: Sequence[T], size: int = BATCH) -> Iterable[Sequence[T]]:
@@ -97,7 +104,7 @@ def due_crawls(s: Session, now: datetime, status: Status, limit: int = 50) -> li
         .order_by(Crawl.retry_at)
         .limit(limit)
     )
-    return [tuple(r) for r in rows]
+    return [(crawl_id, retry_at) for crawl_id, retry_at in rows if retry_at is not None]
 
 
 def claim_queued_crawl(
@@ -133,7 +140,7 @@ def unseeded_crawls(s: Session, limit: int = 20) -> list[tuple[str, int]]:
         .order_by(Crawl.created_at)
         .limit(limit)
     )
-    return [tuple(r) for r in rows]
+    return [(crawl_id, seeded) for crawl_id, seeded in rows]
 
 
 def seeds_from(s: Session, crawl_id: str, position: int, limit: int) -> list[Seed]:
@@ -166,6 +173,8 @@ def seal_crawl_if_done(s: Session, crawl_id: str, now: datetime) -> bool:
     if not _one(s, update(Crawl).where(Crawl.id == crawl_id, Crawl.status == STARTED).values(modified_at=now)):
         return False
     crawl = s.get(Crawl, crawl_id, populate_existing=True)
+    if crawl is None:  # the UPDATE above found it: only a concurrent delete gets here
+        return False
     if crawl.seeded < crawl.seed_count and crawl.cancelled_at is None and not crawl.error:
         return False
     open_snapshots = s.scalar(
@@ -275,11 +284,13 @@ def insert_snapshots(
     over = 0
     if max_urls > 0:
         existing = s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.crawl_id == crawl.id))
-        room = max(0, max_urls - existing)
+        room = max(0, max_urls - (existing or 0))
         over = max(0, len(seeds) - room)
         seeds = seeds[:room]
     crawl_tags = [t.strip() for t in crawl.tags_str.split(",") if t.strip()]
-    rows, tags_by_id, tags_by_key = [], {}, {}
+    rows: list[dict[str, Any]] = []
+    tags_by_id: dict[str, list[str]] = {}
+    tags_by_key: dict[str, tuple[str, list[str]]] = {}
     for seed in seeds:  # ids in submission order: snapshots are claimed in that order
         sid = new_id()
         bookmarked = seed.bookmarked_at or now
@@ -339,12 +350,13 @@ def release_dedup_keys(s: Session, keys: Sequence[str]) -> int:
     succeeded = exists().where(ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == ResultStatus.SUCCEEDED)
     released = 0
     for chunk in _chunks(list(keys)):
-        released += s.execute(
+        released += _rowcount(
+            s,
             update(Snapshot)
             .where(Snapshot.dedup_key.in_(chunk), Snapshot.status == SEALED, ~succeeded)
             .values(dedup_key=None)
-            .execution_options(synchronize_session=False)
-        ).rowcount
+            .execution_options(synchronize_session=False),
+        )
     return released
 
 
@@ -357,7 +369,7 @@ def _merge_into_holders(s: Session, crawl_id: str, wanted: dict[str, tuple[str, 
     ).all()
     if not holders:
         return
-    attach_tags(s, {holder: wanted[key][1] for key, holder in holders})
+    attach_tags(s, {holder: wanted[key][1] for key, holder in holders if key is not None})
     s.execute(update(Crawl).where(Crawl.id == crawl_id).values(merged=Crawl.merged + len(holders)))
 
 
@@ -381,9 +393,10 @@ def crawls_with_due_snapshots(s: Session, now: datetime, limit: int = 100) -> li
 
 def started_count(s: Session, crawl_id: str) -> int:
     """Snapshots of the crawl in flight (for ``CRAWL_MAX_CONCURRENT_SNAPSHOTS``)."""
-    return s.scalar(
+    count = s.scalar(
         select(func.count()).select_from(Snapshot).where(Snapshot.crawl_id == crawl_id, Snapshot.status == STARTED)
     )
+    return count or 0
 
 
 def claim_queued_snapshots(
@@ -439,7 +452,7 @@ def due_started_snapshots(s: Session, now: datetime, limit: int = 100) -> list[t
         .order_by(Snapshot.retry_at)
         .limit(limit)
     )
-    return [tuple(r) for r in rows]
+    return [(snapshot_id, retry_at) for snapshot_id, retry_at in rows if retry_at is not None]
 
 
 def claim_started_snapshot(
@@ -465,7 +478,7 @@ def record_response(
 ) -> None:
     """Keep what the capture saw of the page's response on the snapshot we hold (locked), or why
     the egress policy refused to fetch it."""
-    values: dict = {"refusal": refusal[:1000]} if refusal else {}
+    values: dict[str, Any] = {"refusal": refusal[:1000]} if refusal else {}
     if http_status is not None:
         values.update(http_status=http_status, network_error="")
     elif network_error and snapshot.http_status is None:
@@ -517,11 +530,12 @@ def seal_snapshot(s: Session, snapshot: Snapshot, now: datetime, expected_result
 
 def seal_unstarted_snapshots(s: Session, crawl_id: str, now: datetime) -> int:
     """Seal, unarchived, every queued or paused snapshot of a stopped crawl; returns how many."""
-    return s.execute(
+    return _rowcount(
+        s,
         update(Snapshot)
         .where(Snapshot.crawl_id == crawl_id, Snapshot.status.in_((QUEUED, PAUSED)))
-        .values(status=SEALED, retry_at=None, modified_at=now)
-    ).rowcount
+        .values(status=SEALED, retry_at=None, modified_at=now),
+    )
 
 
 def started_snapshots(s: Session, crawl_id: str) -> list[Snapshot]:
@@ -659,7 +673,7 @@ def due_schedules(s: Session, now: datetime, limit: int = 20) -> list[tuple[str,
         .order_by(CrawlSchedule.retry_at)
         .limit(limit)
     )
-    return [tuple(r) for r in rows]
+    return [(sid, status, retry_at) for sid, status, retry_at in rows if retry_at is not None]
 
 
 def claim_schedule(
@@ -676,7 +690,7 @@ def claim_schedule(
 
 
 def finish_schedule_poll(
-    s: Session, schedule: CrawlSchedule, lease_until: datetime, now: datetime, next_at: datetime, **values
+    s: Session, schedule: CrawlSchedule, lease_until: datetime, now: datetime, next_at: datetime, **values: Any
 ) -> bool:
     """``started → queued`` with the next poll time; False when the schedule was paused, deleted or
     taken over meanwhile (the caller's transaction must then roll back)."""
@@ -792,8 +806,8 @@ def earliest_due(s: Session, now: datetime) -> datetime | None:
         s.scalar(select(func.min(Snapshot.retry_at)).where(Snapshot.status == STARTED)),
         s.scalar(select(func.min(Snapshot.retry_at)).where(Snapshot.status == QUEUED, Snapshot.retry_at > now)),
     ]
-    times = [t for t in times if t is not None]
-    return min(times) if times else None
+    due = [t for t in times if t is not None]
+    return min(due) if due else None
 
 
 def oldest_unpicked_dispatch(s: Session) -> datetime | None:

@@ -14,15 +14,19 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine, event, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from boxcar.shared.db.models import Base  # noqa: F401  (re-exported for Alembic and tests)
+
+if TYPE_CHECKING:
+    from boxcar.shared.messages import Seed
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +143,7 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:
+    def _on_connect(dbapi_conn: Any, _record: object) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
@@ -149,7 +153,7 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn) -> None:
+    def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
@@ -159,7 +163,7 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
 BATCH = 500
 
 
-def insert_seeds(session: Session, crawl_id: str, seeds: list, batch: int = BATCH) -> None:
+def insert_seeds(session: Session, crawl_id: str, seeds: list[Seed], batch: int = BATCH) -> None:
     """Store a crawl's ``Seed``s as ``CrawlSeed`` rows, ``batch`` rows per INSERT (Postgres caps a
     statement at 65,535 parameters)."""
     from boxcar.shared.db.models import CrawlSeed
@@ -198,10 +202,11 @@ def attach_tags(session: Session, tags_by_snapshot: dict[str, list[str]]) -> Non
         session.execute(insert(SnapshotTag).values(links[i : i + BATCH]).on_conflict_do_nothing())
 
 
-def insert_for(session: Session):
-    """The dialect's ``insert`` (with ``on_conflict_do_nothing/do_update``) for this session."""
+def insert_for(session: Session) -> Callable[[Any], Any]:
+    """The dialect's ``insert`` (with ``on_conflict_do_nothing/do_update``) for this session:
+    ``sqlalchemy.dialects.postgresql.insert`` or ``….sqlite.insert`` (one signature, two types)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
     if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert
+        return postgresql.insert
+    return sqlite.insert

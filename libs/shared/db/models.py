@@ -34,6 +34,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -80,13 +81,13 @@ def dedup_key(user: str, url_hash_: str) -> str:
     return hashlib.sha256(f"{user}\n{url_hash_}".encode()).hexdigest()
 
 
-class UTCDateTime(TypeDecorator):
+class UTCDateTime(TypeDecorator[datetime]):
     """A DateTime that always round-trips as aware UTC (SQLite has no time zones)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
@@ -94,7 +95,7 @@ class UTCDateTime(TypeDecorator):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
-    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -268,6 +269,9 @@ class Snapshot(Base):
     dedup_key: Mapped[str | None] = mapped_column(String(64))
     #: why the egress policy refused to fetch the page ("" when it did not), shown once per page
     refusal: Mapped[str] = mapped_column(Text, default="")
+    #: the URL's host name: derived data the result-projector fills in (``refresh_snapshots``), so
+    #: the crawl-runner's inserts need not know about it (the server default is "")
+    domain: Mapped[str] = mapped_column(String(255), server_default="", nullable=False)
 
 
 class SnapshotTask(Base):
@@ -447,10 +451,7 @@ class ApiToken(Base):
 # ----------------------------------------------------------------------------- web UI (issue 10)
 
 
-# The list page's filters and order (newest first, keyset on (created_at, id)). ``domain`` is the
-# URL's host name, derived data the result-projector fills in (``refresh_snapshots``), so the
-# crawl-runner's inserts need not know about it.
-Snapshot.domain = mapped_column(String(255), server_default="", nullable=False)
+# The list page's filters and order (newest first, keyset on (created_at, id)).
 Index("ix_snapshot_created_at_id", Snapshot.created_at, Snapshot.id)
 Index("ix_snapshot_status_created_at", Snapshot.status, Snapshot.created_at)
 Index("ix_snapshot_domain_created_at", Snapshot.domain, Snapshot.created_at)

@@ -22,6 +22,7 @@ import io
 import json
 from datetime import UTC, datetime
 from html.parser import HTMLParser
+from typing import Any
 from urllib.parse import urljoin
 
 import feedparser
@@ -49,24 +50,25 @@ def _plain(value: str | None, detail: object) -> str | None:
     return value
 
 
-def _struct_time(entry: dict, *keys: str) -> datetime | None:
+def _struct_time(entry: dict[str, Any], *keys: str) -> datetime | None:
     for key in keys:
         value = dict.get(entry, key)  # the raw dict: no deprecated updated->published fallback
         if value:
             try:
-                return datetime(*value[:6], tzinfo=UTC)
+                year, month, day, hour, minute, second = value[:6]
+                return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
             except (TypeError, ValueError, OverflowError):
                 continue
     return None
 
 
-def _item_url(entry: dict, is_atom: bool) -> str | None:
+def _item_url(entry: dict[str, Any], is_atom: bool) -> str | None:
     links = [link for link in entry.get("links") or [] if isinstance(link, dict)]
     for link in links:
         if (link.get("rel") or "alternate") == "alternate" and link.get("href"):
-            return link["href"]
+            return str(link["href"])
     if not is_atom and entry.get("guidislink") and entry.get("id"):
-        return entry["id"]
+        return str(entry["id"])
     return None
 
 
@@ -84,7 +86,7 @@ def _resolve(url: object, base: str | None) -> object:
     return url if has_scheme(url.strip()) else urljoin(base, url.strip())
 
 
-def _declared_base(parsed: dict) -> str | None:
+def _declared_base(parsed: dict[str, Any]) -> str | None:
     """The feed's own ``rel="self"`` URL, else its home page link (absolute http(s) only)."""
     feed = parsed.get("feed") or {}
     links = [link for link in feed.get("links") or [] if isinstance(link, dict)]
@@ -151,7 +153,7 @@ def is_json_feed(obj: object) -> bool:
     return "home_page_url" in obj or "feed_url" in obj
 
 
-def _jsonfeed_base(obj: dict) -> str | None:
+def _jsonfeed_base(obj: dict[str, Any]) -> str | None:
     """A JSON Feed's own URL (``feed_url``), else its ``home_page_url`` (absolute http(s) only)."""
     return _http_base(obj.get("feed_url")) or _http_base(obj.get("home_page_url"))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from ._common import Collector, clean_tags, decode_bytes, excerpt, split_tags, to_datetime
@@ -92,7 +93,8 @@ def iter_json_values(text: str) -> Iterator[tuple[int, Any, str | None, str]]:
     decoder = json.JSONDecoder()
     pos, line, counted = 0, 1, 0
     while True:
-        pos = _WHITESPACE.match(text, pos).end()
+        blank = _WHITESPACE.match(text, pos)  # always matches (it may match nothing)
+        pos = blank.end() if blank else pos
         if pos >= len(text):
             return
         line += text.count("\n", counted, pos)
@@ -209,7 +211,7 @@ def kind_of(obj: Any) -> str:
 # --------------------------------------------------------------------------- records
 
 
-def _lower(record: dict) -> dict[str, Any]:
+def _lower(record: dict[Any, Any]) -> dict[str, Any]:
     return {k.lower(): v for k, v in record.items() if isinstance(k, str)}
 
 
@@ -257,7 +259,7 @@ def _tags(low: dict[str, Any], mode: str) -> list[str]:
     return []
 
 
-def _when(low: dict[str, Any]):
+def _when(low: dict[str, Any]) -> datetime | None:
     for key in _DATE_KEYS:
         if key in low:
             when = to_datetime(low[key])
@@ -289,7 +291,7 @@ class _Walker:
         self.count += 1
         return f"{self.label} {self.count}"
 
-    def record(self, record: dict, folders: list[str], where: str | None = None) -> None:
+    def record(self, record: dict[str, Any], folders: list[str], where: str | None = None) -> None:
         where = where or self.where()
         try:
             low = _lower(record)
@@ -328,7 +330,7 @@ class _Walker:
                     self.walk(item, folders, depth + 1)
         return len(self.col.entries) + len(self.col.rejected) > before
 
-    def descend(self, node: dict, folders: list[str], depth: int) -> bool:
+    def descend(self, node: dict[str, Any], folders: list[str], depth: int) -> bool:
         name = node.get("name") if isinstance(node.get("name"), str) else node.get("title")
         sub = [*folders, name.strip()] if isinstance(name, str) and name.strip() else folders
         found = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection
 
 from boxcar.shared.db.models import Base
 from boxcar.shared.search import is_search_table
@@ -12,12 +13,12 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def include_name(name, type_, _parent) -> bool:
+def include_name(name: str | None, type_: str, _parent: object) -> bool:
     """Autogenerate compares the ORM models only: the search index's tables are raw DDL."""
     return not (type_ == "table" and is_search_table(name))
 
 
-def _run(connection) -> None:
+def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
