@@ -25,16 +25,15 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from boxcar.shared.quirks import internal_files
+
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 MAX_HOST_COMPONENT = 120
 
 #: Files a plugin writes into a snapshot dir for the executor's own use while a task runs, never
-#: an archived artifact: the chrome plugin's browser session markers. ``cdp_url.txt`` (and
-#: ``browser.json``) hold the browser's DevTools address, which must never reach a page or a
-#: reader; the executor deletes them when the task ends and the archive never serves them.
-EXECUTOR_INTERNAL_FILES: dict[str, frozenset[str]] = {
-    "chrome": frozenset({"cdp_url.txt", "browser.json", "chrome.pid", "target_id.txt", ".target.lock"}),
-}
+#: an archived artifact (``quirks``: the chrome plugin's browser session markers, which hold the
+#: DevTools address): the executor deletes them when the task ends and the archive never serves them.
+EXECUTOR_INTERNAL_FILES: dict[str, frozenset[str]] = internal_files()
 
 
 def remove_executor_internal(snap_dir: Path, plugins: Iterable[str]) -> None:
