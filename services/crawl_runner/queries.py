@@ -1,5 +1,8 @@
 """Every claim and transition the crawl-runner makes, in one place, with its guards in view.
 
+(Long on purpose, as procrastinate keeps every statement of its job manager in one file: a
+reviewer sees every ``WHERE`` guard of the lifecycle together, and no transition lives elsewhere.)
+
 Each function runs inside a transaction the caller opened (``Database.write()``) and changes a
 row only through a conditional UPDATE whose ``WHERE`` names the state it expects (``status``,
 ``stage``, ``seeded`` and/or the ``retry_at`` lease it read), checking the row count
