@@ -12,6 +12,7 @@ import socket
 import time
 
 from proxy.http.exception import HttpRequestRejected
+from proxy.http.parser import HttpParser, httpParserTypes
 from proxy.http.proxy import HttpProxyBasePlugin, HttpProxyPlugin
 
 from boxcar.hook_executor.egress.connections import CONNECTIONS_ENV, ConnectionLog
@@ -20,16 +21,9 @@ from boxcar.shared.egress import EgressPolicy, Refused
 
 class EgressPolicyPlugin(HttpProxyBasePlugin):
     """proxy.py plugin: check each upstream (CONNECT or plain HTTP) against ``EgressPolicy``, then
-    connect to the very address that was checked.
-
-    One client connection carries requests for one upstream only. proxy.py forwards every later
-    request on a keep-alive client connection to the upstream the first one opened, whatever host
-    it names: wget and Chromium reuse their connection to a proxy across hosts, so a plain-HTTP
-    redirect or requisite on another host would be answered by the first host (and never checked
-    against the policy). So plain-HTTP requests go upstream with ``Connection: close`` (the client
-    sees it on the response and opens a new connection for its next request), and a request for
-    another host on the same connection is refused.
-    """
+    connect to the very address that was checked. A request is only ever sent to the upstream of
+    its own host (``AckingHttpProxy`` opens a new upstream when a keep-alive client asks for
+    another host; a request that would still go elsewhere is refused)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -38,7 +32,6 @@ class EgressPolicyPlugin(HttpProxyBasePlugin):
         self.target: tuple[str, int] | None = None
         path = os.environ.get(CONNECTIONS_ENV)
         self.connections = ConnectionLog(path) if path else None
-        self.close_pending = False  # the response head still to be marked ``Connection: close``
 
     def before_upstream_connection(self, request):
         host, port = _target(request)
@@ -55,35 +48,12 @@ class EgressPolicyPlugin(HttpProxyBasePlugin):
         return self.checked.get((host, port)), None
 
     def handle_client_request(self, request):
-        if request.is_https_tunnel:
-            return request
-        if self.target is not None and _target(request) != self.target:
-            raise _refusal("one connection per host: open a new proxy connection for another host")
-        if not request.is_connection_upgrade:
-            request.del_headers([b"connection", b"keep-alive", b"proxy-connection"])
-            request.add_header(b"Connection", b"close")
-            self.close_pending = True
+        if not request.is_https_tunnel and self.target is not None and _target(request) != self.target:
+            raise _refusal("a request for another host than this connection's upstream")
         return request
 
     def handle_upstream_chunk(self, chunk):
-        """Mark the response's head ``Connection: close`` (the first chunk holding the whole head;
-        a head split over chunks is left alone: the closed connection says the same)."""
-        if not self.close_pending:
-            return chunk
-        data = bytes(chunk)
-        end = data.find(b"\r\n\r\n")
-        if end == -1:
-            self.close_pending = False
-            return chunk
-        if data.startswith((b"HTTP/1.1 1", b"HTTP/1.0 1")):
-            return chunk  # an interim response (100 Continue): mark the final one
-        self.close_pending = False
-        lines = [
-            line
-            for line in data[:end].split(b"\r\n")
-            if not line.lower().startswith((b"connection:", b"keep-alive:", b"proxy-connection:"))
-        ]
-        return memoryview(b"\r\n".join([*lines, b"Connection: close"]) + data[end:])
+        return chunk
 
     def on_upstream_connection_close(self) -> None:
         pass
@@ -114,6 +84,35 @@ class AckingHttpProxy(HttpProxyPlugin):
     response. wget fetching a page's requisites one after another on a keep-alive connection pays
     it once per requisite — 470 small 404s made one corpus page take 18.5 s instead of 0.2 s.
     Browsers and curl pay it too; a proxy is where one setting can spare all of them."""
+
+    def on_client_data(self, raw):
+        """A keep-alive client's next plain-HTTP request. wget and Chromium reuse their connection
+        to a proxy for any host, and proxy.py alone would send every later request to the first
+        request's upstream (a cross-host redirect or requisite answered by the wrong server). A
+        request for the same host goes to the same upstream (keep-alive kept); one for another host
+        gets an upstream of its own, checked by the policy like the first."""
+        if self.upstream is None or self.request.is_https_tunnel or self.request.is_connection_upgrade:
+            return super().on_client_data(raw)
+        parser = self.pipeline_request or HttpParser(httpParserTypes.REQUEST_PARSER)
+        parser.parse(raw)
+        if not parser.is_complete:
+            self.pipeline_request = parser
+            return None
+        self.pipeline_request = None
+        if (parser.host, parser.port) != (self.request.host, self.request.port):
+            old, self.upstream = self.upstream, None
+            old.close()
+            self.request = parser
+            self.response = HttpParser(httpParserTypes.RESPONSE_PARSER)
+            self.pipeline_response = None
+            self.on_request_complete()  # the policy's check, a new upstream, the request sent
+            return None
+        for plugin in self.plugins.values():
+            parser = plugin.handle_client_request(parser)
+            if parser is None:
+                return None
+        self.upstream.queue(memoryview(parser.build()))
+        return None
 
     async def read_from_descriptors(self, r):
         upstream = self.upstream

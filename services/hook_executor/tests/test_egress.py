@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import socket
@@ -121,33 +120,39 @@ def two_origins():
 def test_a_request_for_another_host_is_never_answered_by_the_first_host(tmp_path, two_origins):
     """wget and Chromium reuse one proxy connection across hosts; proxy.py alone would send the
     second host's request to the first host's upstream (a cross-host redirect captured from the
-    wrong server). Each response says ``Connection: close``, and a second host on the same
-    connection is refused, never answered by the first."""
+    wrong server). Each request goes to its own host's upstream, keep-alive kept: the same host's
+    next request on the same upstream, another host's on a new one, checked like the first."""
     first, second = two_origins
+    policy = EgressPolicy(allow_private=True, services=[("127.0.0.1", second)])  # the second: refused
     proxy = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "egress")
+    refusing = EgressProxy(policy, tmp_path / "refusing")
     proxy.start()
+    refusing.start()
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
-        conn.request("GET", f"http://127.0.0.1:{first}/a")
-        response = conn.getresponse()
-        assert (response.status, response.read()) == (200, b"first /a")
-        assert response.getheader("Connection", "").lower() == "close"  # so clients reconnect
-        # http.client honours it: its next request (another host) goes on a new connection
-        conn.request("GET", f"http://127.0.0.1:{second}/b")
-        response = conn.getresponse()
-        assert (response.status, response.read()) == (200, b"second /b")
-        conn.close()
-        # a client that ignores it and sends its next request on the same connection anyway is
-        # refused or finds the connection closed: it is never answered by the first host
-        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as raw:
-            raw.sendall(f"GET http://127.0.0.1:{first}/a HTTP/1.1\r\nHost: 127.0.0.1:{first}\r\n\r\n".encode())
-            answer = b""
-            while b"first /a" not in answer:
-                answer += raw.recv(65536)
-            with contextlib.suppress(OSError):
-                raw.sendall(f"GET http://127.0.0.1:{second}/b HTTP/1.1\r\nHost: 127.0.0.1:{second}\r\n\r\n".encode())
-                while chunk := raw.recv(65536):
-                    answer += chunk
-        assert answer.count(b"first") == 1 and b"second" not in answer, answer
+
+        def exchange(port: int, targets: list[tuple[int, str]]) -> list[bytes]:
+            answers = []
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+                for target_port, path in targets:
+                    target = f"127.0.0.1:{target_port}"
+                    raw.sendall(f"GET http://{target}{path} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+                    answer = b""
+                    while not answer.endswith(path.encode()) and b"refused" not in answer:
+                        chunk = raw.recv(65536)
+                        if not chunk:
+                            break
+                        answer += chunk
+                    answers.append(answer)
+            return answers
+
+        answers = exchange(proxy.port, [(first, "/a"), (first, "/b"), (second, "/c"), (first, "/d")])
+        assert [a.rpartition(b"\r\n\r\n")[2] for a in answers] == [b"first /a", b"first /b", b"second /c", b"first /d"]
+        assert all(a.startswith(b"HTTP/1.1 200") for a in answers)
+        # another host on the same connection is checked by the policy like a first request
+        refused = exchange(refusing.port, [(first, "/a"), (second, "/c")])
+        assert (
+            refused[0].endswith(b"first /a") and refused[1].startswith(b"HTTP/1.1 403") and b"second" not in refused[1]
+        )
     finally:
         proxy.stop()
+        refusing.stop()
