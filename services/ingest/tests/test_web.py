@@ -21,6 +21,7 @@ from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Process, Snapshot, Status
 from boxcar.shared.settings import Settings
 from boxcar.shared.storage import snapshot_dir
+from tests.helpers import wait_until
 
 PASSWORD = "correct horse battery"
 CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
@@ -513,6 +514,9 @@ def test_status_answers_before_any_stream_exists(archive, nats_url):
     with nothing queued, not a server error."""
     token = create_token(archive["db"], "t", scope="read")
     with client(archive, nats_url=nats_url) as c:
+        # ingest connects to NATS in the background (it serves while NATS is away): wait for
+        # /healthz to say it is connected before asking for the status
+        wait_until(lambda: c.get("/healthz").json()["nats"], 15, "ingest to connect to NATS", interval=0.02)
         response = c.get("/api/v1/status", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200, response.text
     state = response.json()
