@@ -4,6 +4,7 @@
 #                       hooks, local sites), then make compose-test
 # Guards:
 #   make check          ruff, ruff format --check, mypy (strict on libs/shared), the fast tests
+#   make extension      the browser extension: dist/extension/boxcar-{chromium,firefox}.zip (extension-lint: web-ext lint)
 # The homelab stack (Docker Compose or podman-compose, whichever is here; README: "Docker Compose"):
 #   make compose-up     build the images, start the stack, wait for every healthcheck
 #   make compose-down   stop it (the archive stays in its volumes)
@@ -13,7 +14,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check typecheck install system-deps up lint bench clean compose-up compose-down compose-test
+.PHONY: run test check typecheck install system-deps up lint bench clean compose-up compose-down compose-test extension extension-lint
 
 run: install
 	$(VENV)/bin/boxcar install
@@ -33,6 +34,16 @@ check: install
 
 typecheck: install
 	$(PY) scripts/typecheck.py
+
+# The browser extension (extension/, README "Save from anywhere"): dist/extension/boxcar-{chromium,firefox}.zip,
+# and Mozilla's linter on the Firefox build (web-ext from npm, kept under .cache/)
+WEB_EXT_VERSION := 8.10.0
+WEB_EXT := .cache/web-ext/node_modules/.bin/web-ext
+extension:
+	$(PYTHON3) scripts/build_extension.py
+extension-lint: extension
+	@[ -x $(WEB_EXT) ] || npm install --silent --no-audit --no-fund --prefix .cache/web-ext web-ext@$(WEB_EXT_VERSION)
+	$(WEB_EXT) lint --source-dir dist/extension/firefox
 
 up: install
 	$(VENV)/bin/boxcar up

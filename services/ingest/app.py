@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio.to_thread
 from litestar import Litestar, Request, Response, get
+from litestar.config.cors import CORSConfig
 from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import MutableScopeHeaders, ResponseHeader, State
 from litestar.di import Provide
@@ -25,7 +26,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from boxcar.ingest import routes
-from boxcar.ingest.api.auth import ensure_local_token, require_read_access
+from boxcar.ingest.api.archivebox import ArchiveBoxController
+from boxcar.ingest.api.auth import API_KEY_HEADER, ARCHIVEBOX_KEY_HEADER, ensure_local_token, require_read_access
 from boxcar.ingest.api.controllers import (
     CrawlControlController,
     CrawlController,
@@ -44,6 +46,7 @@ from boxcar.ingest.web.accounts import LoginRequired
 from boxcar.ingest.web.archive import ArchiveFiles
 from boxcar.ingest.web.archive_pages import ArchiveFilesController, ReplayController
 from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
+from boxcar.ingest.web.pwa import AppShell
 from boxcar.shared import bus, secrets, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -165,6 +168,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             SearchController,
             ImportController,
             FeedController,
+            ArchiveBoxController,
             health,
             status,
             SnapshotPages,
@@ -173,6 +177,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             FeedPages,
             AccountPages,
             ArchiveFilesController,
+            AppShell,
             create_static_files_router(
                 path=routes.STATIC, directories=[HERE / "web" / "static"], include_in_schema=False
             ),
@@ -218,6 +223,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             description="Self-hosted web archiver: queue URLs, follow crawls.",
             components=components(),
         ),
+        cors_config=EXTENSION_CORS,
         request_max_body_size=settings.max_request_body,
         before_send=[allow_every_method],
     )
@@ -239,6 +245,16 @@ async def allow_every_method(message, scope) -> None:
     if methods:
         MutableScopeHeaders.from_message(message)["Allow"] = ", ".join(sorted(methods))
 
+
+#: browser extensions (Boxcar's, ArchiveBox's) call the API from their own origin with a token in a
+#: header, never a cookie: those origins may read API answers, no web page's origin may
+EXTENSION_CORS = CORSConfig(
+    allow_origins=[],
+    allow_origin_regex=r"(chrome-extension|moz-extension|safari-web-extension)://[A-Za-z0-9._-]{1,64}",
+    allow_methods=["GET", "POST", "DELETE", "PATCH"],
+    allow_headers=["authorization", "content-type", API_KEY_HEADER, ARCHIVEBOX_KEY_HEADER],
+    allow_credentials=False,
+)
 
 TEMPLATES = TemplateConfig(directory=HERE / "web" / "templates", engine=JinjaTemplateEngine)
 

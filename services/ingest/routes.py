@@ -14,6 +14,11 @@ IMPORTS = f"{API}/imports"
 FEEDS = f"{API}/feeds"
 STATUS = f"{API}/status"
 HEALTH = "/healthz"
+#: ArchiveBox's API paths that answer here (``api/archivebox.py``)
+ARCHIVEBOX_API_ROOT = "/api"
+ARCHIVEBOX_CHECK_TOKEN = f"{API}/auth/check_api_token"
+ARCHIVEBOX_ADD = f"{API}/cli/add"
+ARCHIVEBOX_REMOVE = f"{API}/cli/remove"
 SCHEMA = "/schema"
 
 # --------------------------------------------------------------------------- the web UI
@@ -25,6 +30,10 @@ CRAWL_PAGES = "/crawls"
 FEED_PAGES = "/feeds"
 SETTINGS = "/settings"
 STATIC = "/static"
+#: the installable app (PWA): its manifest, its app-shell service worker, the favicon
+MANIFEST = "/manifest.webmanifest"
+SERVICE_WORKER = "/sw.js"
+FAVICON = "/favicon.ico"
 
 # --------------------------------------------------------------------------- archived content
 ARCHIVE = "/archive"
@@ -34,4 +43,4 @@ REPLAY_VIEW = "/replay-view"
 #: paths whose requests carry an API token, never the session cookie: no CSRF token needed
 CSRF_EXEMPT = [f"^{API}/", f"^{HEALTH}", f"^{SCHEMA}"]
 #: paths a page GET without a session is not redirected to the login from (they answer 401/404)
-NOT_PAGES = (f"{API}/", f"{ARCHIVE}/", REPLAY)
+NOT_PAGES = (f"{API}/", ARCHIVEBOX_API_ROOT, f"{ARCHIVE}/", REPLAY)

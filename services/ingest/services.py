@@ -27,7 +27,7 @@ from boxcar.shared.admission import Admission, PolicyError, admit, archived_keys
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import ConfigError, CrawlConfig
 from boxcar.shared.db import Database, insert_seeds
-from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Status, Tag
+from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Status, Tag, url_hash
 from boxcar.shared.egress import refusal_kind
 from boxcar.shared.families import FamilyTable
 from boxcar.shared.importers import Rejected
@@ -361,14 +361,23 @@ class CrawlService:
             refusal=refusal or "",
         )
 
-    def list_snapshots(self, crawl_id: str | None, limit: int, offset: int) -> SnapshotPage:
-        """Snapshots (oldest first) with their ArchiveResults and tags."""
+    def list_snapshots(self, crawl_id: str | None, limit: int, offset: int, url: str | None = None) -> SnapshotPage:
+        """Snapshots (oldest first) with their ArchiveResults and tags; ``url`` keeps the
+        snapshots of that URL canonicalised as ``Seed.parse`` does on add (none for a URL that
+        could never be added)."""
         with self.db.read() as s:
             query = select(Snapshot)
             count = select(func.count()).select_from(Snapshot)
             if crawl_id:
                 query = query.where(Snapshot.crawl_id == crawl_id)
                 count = count.where(Snapshot.crawl_id == crawl_id)
+            if url is not None:
+                try:
+                    key = url_hash(Seed.parse(url).url)
+                except InvalidURL:
+                    return SnapshotPage(total=0, items=[])
+                query = query.where(Snapshot.url_hash == key)
+                count = count.where(Snapshot.url_hash == key)
             total = s.scalar(count)
             snaps = list(s.scalars(query.order_by(Snapshot.created_at, Snapshot.id).limit(limit).offset(offset)))
             ids = [x.id for x in snaps]

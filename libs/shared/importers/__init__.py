@@ -38,7 +38,7 @@ from functools import partial
 from boxcar.shared.urls import strip_userinfo
 
 from . import csvformats, feeds, jsonformats, netscape, text
-from ._common import Collector, Entry, ImportResult, Rejected, decode_bytes
+from ._common import Collector, Entry, ImportResult, Rejected, decode_bytes, split_tags
 from .text import extract_urls
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "detect_format",
     "extract_urls",
     "parse",
+    "split_tags",
 ]
 
 _JSON_KINDS = (

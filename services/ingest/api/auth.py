@@ -1,9 +1,10 @@
 """API tokens: created by ``boxcar token create``, stored as sha256, checked by a Litestar guard.
 
 Every write endpoint requires a token with the ``write`` scope, sent as ``Authorization: Bearer
-<token>`` or ``X-Boxcar-Api-Key: <token>``; a ``read`` token (``boxcar token create --read-only``)
-serves reads only (403 on a write). Reads require a token unless ``PUBLIC_READS=true``. A missing,
-unknown, revoked or expired token all get the same 401, so a caller learns nothing about which.
+<token>``, ``X-Boxcar-Api-Key: <token>`` or ArchiveBox's ``X-ArchiveBox-API-Key: <token>``; a
+``read`` token (``boxcar token create --read-only``) serves reads only (403 on a write). Reads
+require a token unless ``PUBLIC_READS=true``. A missing, unknown, revoked or expired token all get
+the same 401, so a caller learns nothing about which.
 Tokens are 256-bit random strings, so a plain sha256 is a safe way to store them (no password
 hashing needed) and lets the guard look one up with a single indexed query.
 """
@@ -28,6 +29,8 @@ from boxcar.shared.ids import new_id
 
 TOKEN_PREFIX = "bx_"
 API_KEY_HEADER = "X-Boxcar-Api-Key"
+#: ArchiveBox's header (``archivebox/api/auth.py``), for its browser extension and scripts
+ARCHIVEBOX_KEY_HEADER = "X-ArchiveBox-API-Key"
 UNAUTHORIZED = "missing or invalid API token"
 
 
@@ -90,10 +93,12 @@ def token_is_valid(db: Database, token: str) -> bool:
 
 
 def token_from_headers(headers) -> str:
+    """The token a request carries: ``Authorization: Bearer``, else ``X-Boxcar-Api-Key``, else
+    ``X-ArchiveBox-API-Key``; "" when none."""
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
-        return auth[7:].strip()
-    return headers.get(API_KEY_HEADER.lower(), "").strip()
+        return str(auth[7:].strip())
+    return str(headers.get(API_KEY_HEADER.lower(), "") or headers.get(ARCHIVEBOX_KEY_HEADER.lower(), "")).strip()
 
 
 def ensure_local_token(db: Database, path: Path, name: str = "boxcar CLI (local)") -> str:

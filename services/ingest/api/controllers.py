@@ -165,9 +165,14 @@ class SnapshotController(Controller):
         ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
         offset: Annotated[int, QueryParameter(ge=0, le=2**31)] = 0,
+        url: Annotated[
+            str | None,
+            QueryParameter(max_length=8192, description="only snapshots of this URL (as it would be added)"),
+        ] = None,
     ) -> SnapshotPage:
-        """Snapshots, oldest first, each with its ArchiveResults and tags."""
-        return crawl_service.list_snapshots(crawl_id, limit, offset)
+        """Snapshots, oldest first, each with its ArchiveResults and tags (``url``: has this page
+        been archived before, and where)."""
+        return crawl_service.list_snapshots(crawl_id, limit, offset, url=url)
 
     @delete(
         "/{snapshot_id:str}",

@@ -10,6 +10,7 @@ requests to the crawl-runner (``Signals.control``), "archive again" is a new cra
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode, urlsplit
@@ -24,7 +25,7 @@ from litestar.response import Redirect, Template
 
 from boxcar.ingest import routes
 from boxcar.ingest.api.auth import create_token, list_tokens, revoke_token
-from boxcar.ingest.api.schemas import CrawlCreate, FeedCreate
+from boxcar.ingest.api.schemas import CrawlCreate, FeedCreate, SeedIn
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotBusy, SnapshotFilter, SnapshotLibrary
 from boxcar.ingest.services import CrawlService, InputError
@@ -33,7 +34,8 @@ from boxcar.ingest.web import accounts, replay
 from boxcar.ingest.web.accounts import SESSION_COOKIE, require_login, require_viewer, viewer_of
 from boxcar.ingest.web.archive import archive_origin
 from boxcar.shared.crawlconfig import parse_depth
-from boxcar.shared.messages import CrawlControl, ScheduleControl
+from boxcar.shared.importers import extract_urls
+from boxcar.shared.messages import CrawlControl, ScheduleControl, clean_text
 
 ID = "{snapshot_id:str}"
 PathStr = Annotated[str, PathParameter()]
@@ -63,6 +65,29 @@ async def render(
         status_code=status_code,
         headers=headers,
     )
+
+
+def save_from_anywhere(request: Request) -> dict[str, str]:
+    """``/settings``' bookmarklet and this server's origin, as the browser reached it. The
+    bookmarklet opens ``/add?url=…&title=…`` in a new tab (the current one if pop-ups are blocked);
+    ``/add`` needs a session, so it works where the person is logged in."""
+    parts = urlsplit(str(request.url))
+    origin = f"{parts.scheme}://{parts.netloc}"
+    add = json.dumps(origin + routes.ADD + "?url=")
+    code = (
+        f"(()=>{{const u={add}+encodeURIComponent(location.href)+'&title='+encodeURIComponent(document.title);"
+        "if(!window.open(u,'_blank'))location.href=u})()"
+    )
+    return {"bookmarklet": "javascript:" + code, "origin": origin}
+
+
+def shared_urls(url: str, text: str, title: str) -> list[str]:
+    """The http(s) URLs a share or bookmarklet sent: ``url`` if it is one, else those found in
+    ``text``, else in ``title`` (apps differ in where they put the link); duplicates dropped."""
+    found = [u for u, _ in extract_urls(url)] if url else []
+    if not found:
+        found = [u for u, _ in extract_urls(text)] or [u for u, _ in extract_urls(title)]
+    return list(dict.fromkeys(found))
 
 
 def _split(value: str) -> list[str]:
@@ -283,8 +308,27 @@ class AddPage(Controller):
     include_in_schema = False
 
     @get(routes.ADD, guards=[require_login])
-    async def form(self, request: Request, crawl_service: NamedDependency[CrawlService]) -> Template:
-        return await self._form(request, crawl_service, {"urls": "", "tags": "", "depth": 0, "plugins": []})
+    async def form(
+        self,
+        request: Request,
+        crawl_service: NamedDependency[CrawlService],
+        url: Annotated[str, QueryParameter(max_length=8192)] = "",
+        title: Annotated[str, QueryParameter(max_length=2000)] = "",
+        text: Annotated[str, QueryParameter(max_length=20_000)] = "",
+        tags: Annotated[str, QueryParameter(max_length=2000)] = "",
+    ) -> Template:
+        """The form, prefilled from the query: the bookmarklet sends ``url`` and ``title``, a
+        phone's share sheet (the manifest's ``share_target``) ``url``, ``title`` and ``text``, where
+        many apps put the URL inside ``text``."""
+        shared = shared_urls(url, text, title)
+        form = {"urls": "\n".join(shared), "tags": tags, "depth": 0, "plugins": [], "title": ""}
+        error = ""
+        if len(shared) == 1:
+            form["title"] = clean_text(title)[:500]
+        if (url or text or title) and not shared:
+            what = (url or text or title)[:200]
+            error = f"nothing to archive in what was shared: {what!r} is not an http(s) URL and holds none"
+        return await self._form(request, crawl_service, form, error, 200)
 
     async def _form(self, request, crawl_service, form, error: str = "", status_code: int = 200) -> Template:
         return await render(
@@ -306,6 +350,7 @@ class AddPage(Controller):
         files = [(data, u.filename or "") for u in uploads if (data := await u.read())]
         fields = {
             "urls": str(form.get("urls", "")),
+            "title": clean_text(str(form.get("title", "")))[:500],
             "tags": str(form.get("tags", "")),
             "depth": str(form.get("depth", "0")),
             "plugins": [str(p) for p in form.getall("plugins")] if "plugins" in form else [],
@@ -331,7 +376,11 @@ class AddPage(Controller):
                 )
                 crawl = outcome.crawl
             elif urls:
-                body = CrawlCreate(urls=urls, tags=_split(fields["tags"]), max_depth=depth, plugins=fields["plugins"])
+                # a title came with one shared URL (bookmarklet, share sheet): it is that page's
+                seeds: list[str | SeedIn] = (
+                    [SeedIn(url=urls[0], title=fields["title"])] if (len(urls) == 1 and fields["title"]) else list(urls)
+                )
+                body = CrawlCreate(urls=seeds, tags=_split(fields["tags"]), max_depth=depth, plugins=fields["plugins"])
                 crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, body)
             else:
                 return await self._form(request, crawl_service, fields, "give some URLs or a file", 422)
@@ -461,7 +510,7 @@ class AccountPages(Controller):
     @get(routes.SETTINGS, guards=[require_login])
     async def settings(self, request: Request) -> Template:
         tokens = await anyio.to_thread.run_sync(list_tokens, request.app.state.db)
-        return await render(request, "settings.html", tokens=tokens, new_token="")
+        return await render(request, "settings.html", tokens=tokens, new_token="", **save_from_anywhere(request))
 
     @post("/settings/tokens", guards=[require_login])
     async def create(self, request: Request) -> Template:
