@@ -10,9 +10,11 @@ saved there as a PNG.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -254,6 +256,142 @@ def test_the_replay_frame_works_before_a_service_worker_controls_it(browser, pag
         wait_until(partial(shows_phrase, fresh, {}), 90, "the replayed text where no service worker was yet")
     finally:
         context.close()
+
+
+VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
+AXE_VERSION = "4.10.3"
+
+
+@pytest.fixture(scope="module")
+def axe_source() -> str:
+    """axe-core's script (npm, kept under .cache/ like web-ext): injected into each page."""
+    root = Path(__file__).resolve().parents[1] / ".cache" / "axe-core"
+    script = root / "node_modules" / "axe-core" / "axe.min.js"
+    if not script.exists():
+        npm = shutil.which("npm")
+        assert npm, "npm is needed for the accessibility checks (make system-deps installs it)"
+        subprocess.run(
+            [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(root), f"axe-core@{AXE_VERSION}"],
+            check=True,
+            timeout=600,
+        )
+    return script.read_text()
+
+
+def axe_violations(page, axe_source: str) -> list[str]:
+    """axe-core's serious and critical violations on the page, as "rule: target" strings."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(content=axe_source)
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    return [
+        f"{v['id']}: {', '.join(str(n['target']) for n in v['nodes'][:3])}"
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+def test_every_page_fits_a_phone_and_passes_axe(page, state, axe_source):
+    """At 1280×900 and 390×844, light and dark: no page wider than the viewport, no serious or
+    critical axe-core violation, and a screenshot of each (UI_SCREENSHOT_DIR)."""
+    paths = {
+        "list": "/",
+        "search": "/?q=" + "+".join(PHRASE.split()[:2]),
+        "snapshot": f"/snapshots/{state['article']}",
+        "crawl": f"/crawls/{state['crawl_id']}",
+        "crawls": "/crawls",
+        "add": "/add",
+        "feeds": "/feeds",
+        "settings": "/settings",
+    }
+    problems = []
+    try:
+        for size, viewport in VIEWPORTS.items():
+            page.set_viewport_size(viewport)
+            for scheme in ("light", "dark"):
+                page.emulate_media(color_scheme=scheme)
+                for name, path in paths.items():
+                    page.goto(path)
+                    page.wait_for_load_state("networkidle")
+                    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+                    if width[0] > width[1]:
+                        problems.append(f"{name} {size}: {width[0]} px wide in a {width[1]} px viewport")
+                    problems += [f"{name} {size} {scheme}: {v}" for v in axe_violations(page, axe_source)]
+                    shot(page, f"layout-{size}-{scheme}-{name}")
+            page.emulate_media(color_scheme="dark")
+            page.goto("/")
+            background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            assert background == "rgb(18, 22, 27)", background  # the dark theme followed the system
+    finally:
+        page.set_viewport_size(VIEWPORTS["desktop"])
+        page.emulate_media(color_scheme="light")
+    assert not problems, "\n".join(problems)
+
+
+def test_theme_toggle_and_keyboard_shortcuts(page):
+    page.goto("/")
+    page.click("#theme-toggle")  # auto → light
+    page.click("#theme-toggle")  # light → dark
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    page.reload()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"  # remembered
+    page.click("#theme-toggle")  # dark → auto
+    assert page.evaluate("document.documentElement.dataset.theme") is None
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "search-box"
+    page.keyboard.press("Escape")
+    page.locator("body").click(position={"x": 5, "y": 400})
+    page.keyboard.press("a")
+    page.wait_for_url(re.compile(r"/add$"))
+
+
+def test_grid_view_is_remembered_and_bulk_actions_work(page, state, stack):
+    page.goto("/")
+    page.click("#view-grid")
+    page.wait_for_selector("article.snap-card")
+    card = page.locator(f"article.snap-card[data-id='{state['article']}']")
+    page.wait_for_function(
+        f"document.querySelector(\"article[data-id='{state['article']}'] .shot img\")?.naturalWidth > 0"
+    )
+    assert "ok" in card.locator(".summary").inner_text()
+    shot(page, "grid-desktop")
+    page.set_viewport_size(VIEWPORTS["phone"])
+    shot(page, "grid-phone")
+    page.set_viewport_size(VIEWPORTS["desktop"])
+    page.goto("/crawls")
+    page.goto("/")
+    assert page.locator("article.snap-card").count() == 2  # remembered (the person's, in the database)
+
+    card.locator("input.pick").check()
+    page.select_option("#bulk-action", "tag")
+    page.fill("#bulk-tags", "picked, bulk")
+    page.click("#bulk-apply")
+    page.wait_for_selector(".flash")
+    assert "Tagged 1." in page.inner_text(".flash")
+    assert {t.inner_text() for t in card.locator(".tag").all()} >= {"picked", "bulk"}
+
+    page.locator(f"article.snap-card[data-id='{state['hostile']}'] input.pick").check()
+    page.locator(f"article.snap-card[data-id='{state['article']}'] input.pick").check()
+    page.select_option("#bulk-action", "export")
+    with page.expect_download() as download:
+        page.click("#bulk-apply")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert {json.loads(line)["id"] for line in lines} == {state["article"], state["hostile"]}
+
+    page.click("#view-list")
+    page.wait_for_selector("tr.snapshot-row")
+
+
+def test_add_shows_defaults_by_family_and_previews_a_list(page, site):
+    page.goto("/add")
+    assert page.locator("fieldset.plugin-family").count() >= 2
+    ticked = {b.get_attribute("value") for b in page.locator("input[name=plugins]:checked").all()}
+    assert ticked == {"chrome", "title", "screenshot", "dom", "wget", "htmltotext"}  # PLUGINS of this stack
+    page.fill("textarea[name=urls]", f"{site}/article.html\nnot a url\n{site}/article.html\n{site}/new.html")
+    page.wait_for_selector("#preview p")
+    preview = page.inner_text("#preview")
+    assert "1 URL(s) to archive" in preview and "1 duplicate(s) merged" in preview
+    assert "1 archived before" in preview
+    shot(page, "add-preview")
 
 
 def test_delete_a_snapshot_and_it_is_gone_from_list_and_search(page, state):

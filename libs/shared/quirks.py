@@ -57,6 +57,9 @@ class Quirk(msgspec.Struct, frozen=True, kw_only=True):
             task runs (never archived, never served).
         title_rank: where its result stands as a snapshot title source (1 first; 0: not one).
         text_rank: where its output stands as a snapshot's searchable text (1 first; 0: not one).
+        hook_labels: what a hook is, for people reading a snapshot's results, by the part of its
+            name after ``on_Snapshot__NN_`` (``chrome_launch``): a daemon's ``skipped`` after the
+            session it kept ended is its normal end, not a failure.
     """
 
     plugin: str
@@ -70,6 +73,7 @@ class Quirk(msgspec.Struct, frozen=True, kw_only=True):
     internal_files: frozenset[str] = frozenset()
     title_rank: int = 0
     text_rank: int = 0
+    hook_labels: dict[str, str] = {}
 
 
 QUIRKS: tuple[Quirk, ...] = (
@@ -84,6 +88,12 @@ QUIRKS: tuple[Quirk, ...] = (
         page_response=PageResponse.NAVIGATION,
         tab_hook="chrome_tab",
         internal_files=frozenset({"cdp_url.txt", "browser.json", "chrome.pid", "target_id.txt", ".target.lock"}),
+        hook_labels={
+            "chrome_launch": "browser session: the shared Chromium, kept for the snapshot's browser hooks "
+            "(its time is the session's; it ends when they are done)",
+            "chrome_tab": "browser tab: the snapshot's tab in the shared Chromium, open while the browser hooks run",
+            "chrome_navigate": "page load: the tab navigating to the URL",
+        },
     ),
     Quirk(
         plugin="wget",
@@ -138,6 +148,15 @@ _NONE = Quirk(plugin="", reason="")
 def quirk(plugin: str) -> Quirk:
     """The plugin's row (a row of defaults for a plugin with nothing special)."""
     return _BY_PLUGIN.get(plugin, _NONE)
+
+
+def hook_label(plugin: str, hook_name: str) -> str:
+    """What a hook is, in words (``Quirk.hook_labels``); "" when nothing needs saying."""
+    labels = quirk(plugin).hook_labels
+    if not labels:
+        return ""
+    stem = hook_name.split("__", 1)[-1].lstrip("0123456789_").split(".", 1)[0]
+    return labels.get(stem, "")
 
 
 def substitutes() -> dict[str, str]:

@@ -41,6 +41,7 @@ from boxcar.shared.db.models import (
     url_hash,
 )
 from boxcar.shared.messages import ResultStatus, Seed, clean_tags, clean_text
+from boxcar.shared.quirks import hook_label
 from boxcar.shared.urls import InvalidURL, url_domain
 
 PAGE_SIZE = 50
@@ -93,6 +94,35 @@ class SnapshotRow:
     has_screenshot: bool = False
     snippet_html: str = ""
 
+    @property
+    def summary(self) -> ResultSummary:
+        """The results in one line: counts by status, the failed plugins named."""
+        counts: dict[str, int] = defaultdict(int)
+        for status in self.results.values():
+            counts[status] += 1
+        failed = sorted(p for p, st in self.results.items() if st == ResultStatus.FAILED)
+        return ResultSummary(
+            succeeded=counts[ResultStatus.SUCCEEDED],
+            failed=failed,
+            pending=counts[ResultStatus.STARTED] + counts[ResultStatus.QUEUED],
+            other=sum(counts.values())
+            - counts[ResultStatus.SUCCEEDED]
+            - len(failed)
+            - counts[ResultStatus.STARTED]
+            - counts[ResultStatus.QUEUED],
+        )
+
+
+@dataclass(frozen=True)
+class ResultSummary:
+    """A snapshot's results at a glance (list and grid): ``succeeded`` plugins, the ``failed``
+    ones by name, ``pending`` (queued or running) and ``other`` (skipped, no results)."""
+
+    succeeded: int
+    failed: list[str]
+    pending: int
+    other: int
+
 
 @dataclass
 class SnapshotList:
@@ -115,6 +145,13 @@ class ResultDetail:
     stdout: str = ""
     stderr: str = ""
     exit_code: int | None = None
+    #: what the hook is, in words, when its name does not say (``quirks.hook_label``)
+    label: str = ""
+
+    @property
+    def files(self) -> list[str]:
+        """Its output files, as paths inside the snapshot dir (the first 50)."""
+        return [f"{self.plugin}/{rel}" for rel in list(self.output_files)[:50]]
 
     @property
     def duration(self) -> float | None:
@@ -261,13 +298,14 @@ class SnapshotLibrary:
                     .order_by(ArchiveResult.start_ts.is_(None), ArchiveResult.start_ts, ArchiveResult.hook_name)
                 )
             )
-            failed_pids = [r.process_id for r in rows if r.status == ResultStatus.FAILED and r.process_id]
-            procs = {p.id: p for p in s.scalars(select(Process).where(Process.id.in_(failed_pids)))}
+            pids = [r.process_id for r in rows if r.process_id]
+            procs = {p.id: p for p in s.scalars(select(Process).where(Process.id.in_(pids)))}
         results = []
         for r in rows:
             proc = procs.get(r.process_id or "")
             detail = msgspec.convert(r, ResultDetail, from_attributes=True)
-            if proc is not None:  # a failed hook's own words
+            detail = dataclasses.replace(detail, label=hook_label(r.plugin, r.hook_name))
+            if proc is not None:  # the hook's own words
                 detail = dataclasses.replace(detail, stdout=proc.stdout, stderr=proc.stderr, exit_code=proc.exit_code)
             results.append(detail)
         return SnapshotDetail(snap, crawl, tags, results, self._links(snap, results))
@@ -338,6 +376,51 @@ class SnapshotLibrary:
                 )
             )
         return names
+
+    def add_tags(self, snapshot_ids: list[str], tags: list[str]) -> list[str]:
+        """Add tags to many snapshots (bulk action); returns the ids that exist. The caller then
+        publishes ``events.tags.changed``."""
+        names = clean_tags(tags)
+        with self.db.write() as s:
+            found = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(snapshot_ids))))
+            if names:
+                attach_tags(s, {sid: names for sid in found})
+        return found
+
+    def remove_tags(self, snapshot_ids: list[str], tags: list[str]) -> list[str]:
+        """Remove tags from many snapshots (bulk action); returns the ids that exist."""
+        names = clean_tags(tags)
+        with self.db.write() as s:
+            found = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(snapshot_ids))))
+            ids = list(s.scalars(select(Tag.id).where(Tag.name.in_(names)))) if names else []
+            if ids and found:
+                s.execute(delete(SnapshotTag).where(SnapshotTag.snapshot_id.in_(found), SnapshotTag.tag_id.in_(ids)))
+        return found
+
+    def export_rows(self, snapshot_ids: list[str]) -> list[dict]:
+        """The selected snapshots as JSON records (bulk export), in ArchiveBox's ``list --json``
+        spirit: url, title, timestamp fields, tags, status and where the files are."""
+        with self.db.read() as s:
+            snaps = list(s.scalars(select(Snapshot).where(Snapshot.id.in_(snapshot_ids)).order_by(Snapshot.created_at)))
+            rows = {r.id: r for r in self._rows(s, snaps)}
+        return [
+            {
+                "id": x.id,
+                "url": x.url,
+                "title": x.title,
+                "domain": rows[x.id].domain,
+                "tags": rows[x.id].tags,
+                "status": x.status,
+                "http_status": x.http_status,
+                "crawl_id": x.crawl_id,
+                "created_at": x.created_at.isoformat(),
+                "bookmarked_at": x.bookmarked_at.isoformat() if x.bookmarked_at else None,
+                "downloaded_at": x.downloaded_at.isoformat() if x.downloaded_at else None,
+                "output_dir": x.output_dir,
+                "results": rows[x.id].results,
+            }
+            for x in snaps
+        ]
 
     def delete(self, snapshot_id: str) -> bool:
         """Delete a snapshot's rows and then its directory; False when there is no such snapshot.

@@ -54,6 +54,30 @@ class ImportOutcome:
     entries_seen: int
 
 
+@dataclass
+class ImportPreview:
+    """What an import would queue (``CrawlService.preview``): counts, the rejected records with
+    their reasons, and the first URLs."""
+
+    format: str
+    entries: int
+    accepted: int
+    duplicates: int
+    skipped_existing: int
+    rejected: list[Rejected]
+    first: list[str]
+
+
+@dataclass
+class PluginChoice:
+    """One plugin on ``/add``: ``default`` when the server's ``PLUGINS`` has it, ``off`` why it
+    will not run here ("" when it will)."""
+
+    name: str
+    default: bool
+    off: str = ""
+
+
 def _extension(format_name: str) -> str:
     """File extension for a kept source, from the format it was parsed as."""
     if format_name in ("netscape", "pocket_html", "html"):
@@ -99,6 +123,21 @@ class CrawlService:
         if unrunnable:
             raise InputError("plugins", f"no executor family runs {', '.join(unrunnable)}")
         return names
+
+    def plugin_choices(self) -> dict[str, list[PluginChoice]]:
+        """``/add``'s chooser: the selectable plugins by executor family (families in the table's
+        order), each marked default or not and, when it will not run here, why (``<PLUGIN>_ENABLED
+        =false``, or disabled by default in Boxcar)."""
+        names = self.selectable_plugins()
+        off = self.catalog.disabled(names, self.crawl_config({}).plugin_environ({}))  # as the planner sees it
+        defaults = set(self.settings.plugins)
+        groups: dict[str, list[PluginChoice]] = {}
+        for name in names:
+            family = self.families.family_of(name)
+            groups.setdefault(family.name if family else "other", []).append(
+                PluginChoice(name, default=name in defaults and name not in off, off=off.get(name, ""))
+            )
+        return groups
 
     def selectable_plugins(self) -> list[str]:
         """Plugins a crawl may name: those with snapshot hooks that some executor family runs."""
@@ -246,6 +285,59 @@ class CrawlService:
         if only_new is not None:
             overrides["ONLY_NEW"] = only_new
         crawl_config = self.crawl_config(overrides)
+        seeds, rejected, formats, sources, seen = self._parse_files(files, format, folder_tags)
+        admission = self.admit(seeds, crawl_config, strict=False)
+        rejected += admission.rejected
+        chosen = self.validate_plugins(plugins) if plugins else list(self.settings.plugins)
+        kinds = list(dict.fromkeys(formats))
+        crawl = self.insert_crawl(
+            admission.seeds,
+            tags=tags,
+            max_depth=max_depth,
+            plugins=chosen,
+            config=crawl_config,
+            label=f"import ({', '.join(kinds)})"[:256],
+            sources=sources,
+            first_url=seeds[0].url,
+        )
+        return ImportOutcome(
+            crawl=crawl,
+            format=kinds[0] if len(kinds) == 1 else "mixed",
+            admission=admission,
+            rejected=rejected,
+            entries_seen=seen,
+        )
+
+    def preview(self, files: list[tuple[bytes, str]]) -> ImportPreview:
+        """What importing ``files`` would queue, without queueing anything (``/add``'s preview):
+        the same parsing, merging, URL lists and ``ONLY_NEW`` as ``create_import``.
+
+        Raises:
+            InputError: as ``create_import`` (a binary file, no URL found).
+        """
+        seeds, rejected, formats, _sources, seen = self._parse_files(files, None, False)
+        admission = self.admit(seeds, self.crawl_config({}), strict=False)
+        rejected += admission.rejected
+        kinds = list(dict.fromkeys(formats))
+        return ImportPreview(
+            format=kinds[0] if len(kinds) == 1 else "mixed",
+            entries=seen,
+            accepted=len(admission.seeds),
+            duplicates=admission.duplicates,
+            skipped_existing=admission.skipped_existing,
+            rejected=rejected,
+            first=[s.url for s in admission.seeds[:5]],
+        )
+
+    def _parse_files(
+        self, files: list[tuple[bytes, str]], format: str | None, folder_tags: bool
+    ) -> tuple[list[Seed], list[Rejected], list[str], list[tuple[bytes, str]], int]:
+        """Each file parsed (format detected unless given): ``(seeds, rejected, formats,
+        sources, records seen)``; one bad record never drops the others.
+
+        Raises:
+            InputError: a binary file, an unknown ``format``, or no URL in any file.
+        """
         seeds: list[Seed] = []
         rejected: list[Rejected] = []
         formats: list[str] = []
@@ -276,27 +368,7 @@ class CrawlService:
                 f"no URLs found (format tried: {', '.join(dict.fromkeys(formats))})"
                 + (f"; {len(rejected)} record(s) rejected, e.g. {rejected[0].reason}" if rejected else ""),
             )
-        admission = self.admit(seeds, crawl_config, strict=False)
-        rejected += admission.rejected
-        chosen = self.validate_plugins(plugins) if plugins else list(self.settings.plugins)
-        kinds = list(dict.fromkeys(formats))
-        crawl = self.insert_crawl(
-            admission.seeds,
-            tags=tags,
-            max_depth=max_depth,
-            plugins=chosen,
-            config=crawl_config,
-            label=f"import ({', '.join(kinds)})"[:256],
-            sources=sources,
-            first_url=seeds[0].url,
-        )
-        return ImportOutcome(
-            crawl=crawl,
-            format=kinds[0] if len(kinds) == 1 else "mixed",
-            admission=admission,
-            rejected=rejected,
-            entries_seen=seen,
-        )
+        return seeds, rejected, formats, sources, seen
 
     # ------------------------------------------------------------------ reading
 

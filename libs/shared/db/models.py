@@ -472,6 +472,12 @@ class User(Base):
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_login_at: Mapped[datetime | None]
+    #: the snapshot list's layout this person chose: "list" or "grid" (``LIST_VIEWS``)
+    list_view: Mapped[str] = mapped_column(String(8), default="list", server_default="list")
+
+
+#: the snapshot list's layouts (``User.list_view``)
+LIST_VIEWS = ("list", "grid")
 
 
 class LoginThrottle(Base):

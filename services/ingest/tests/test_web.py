@@ -523,3 +523,47 @@ def test_status_answers_before_any_stream_exists(archive, nats_url):
     assert state["nats"] is True and state["stalled_families"] == []
     assert all(f["pending"] == 0 for f in state["families"].values())
     assert state["services"]["crawl-runner"] is False
+
+
+def test_bulk_actions_tag_untag_export_and_delete(archive):
+    """The list's bulk actions: tags added and removed on many, a JSON Lines export, and a delete
+    that keeps (and names) a snapshot being captured."""
+    sealed, started = archive["sealed"], archive["started"]
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, "/")
+
+        def bulk(action: str, ids: list[str], tags: str = ""):
+            data = {"action": action, "ids": ids, "tags": tags, "next": "/", "_csrf_token": token}
+            return c.post("/snapshots/bulk", data=data, follow_redirects=False)
+
+        tagged = bulk("tag", [sealed, started], "one, two")
+        assert tagged.status_code == 303 and "flash=Tagged+2." in tagged.headers["location"]
+        assert "Tagged 2." in c.get(tagged.headers["location"]).text
+        untagged = bulk("untag", [sealed], "one")
+        assert untagged.status_code == 303
+        exported = bulk("export", [sealed, started])
+        assert exported.headers["content-type"].startswith("application/x-ndjson")
+        records = {json.loads(line)["id"]: json.loads(line) for line in exported.text.splitlines()}
+        assert set(records) == {sealed, started}
+        assert records[sealed]["tags"] == ["two"] and sorted(records[started]["tags"]) == ["one", "two"]
+        assert bulk("tag", [sealed]).status_code == 422  # no tags given
+        assert bulk("tag", []).status_code == 422  # nothing ticked
+        deleted = bulk("delete", [sealed, started])
+        assert "Deleted+1.+1+being+captured+kept." in deleted.headers["location"]
+        assert c.get(f"/snapshots/{sealed}").status_code == 404
+        assert c.get(f"/snapshots/{started}").status_code == 200
+
+
+def test_list_view_is_remembered_per_user(archive):
+    with client(archive) as c:
+        log_in(c)
+        assert 'class="snapshot-table"' in c.get("/").text
+        token = csrf(c, "/")
+        response = c.post(
+            "/preferences/list-view", data={"view": "grid", "next": "/", "_csrf_token": token}, follow_redirects=False
+        )
+        assert response.status_code == 303
+    with client(archive) as other:  # another browser, the same person
+        log_in(other)
+        assert 'class="snap-grid"' in other.get("/").text

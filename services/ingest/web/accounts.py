@@ -36,7 +36,7 @@ from sqlalchemy import delete, select, update
 
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, insert_for
-from boxcar.shared.db.models import LoginThrottle, User, UserSession
+from boxcar.shared.db.models import LIST_VIEWS, LoginThrottle, User, UserSession
 from boxcar.shared.ids import new_id
 
 log = logging.getLogger("boxcar.ingest.web.accounts")
@@ -63,6 +63,8 @@ class Viewer:
 
     user_id: str = ""
     username: str = ""
+    #: the snapshot list's layout this person chose (``User.list_view``)
+    list_view: str = "list"
 
     @property
     def logged_in(self) -> bool:
@@ -214,13 +216,13 @@ def session_viewer(db: Database, token: str, max_age: int) -> Viewer:
     digest = _sha256(token)
     with db.read() as s:
         row = s.execute(
-            select(UserSession.last_seen_at, User.id, User.username)
+            select(UserSession.last_seen_at, User.id, User.username, User.list_view)
             .join(User, User.id == UserSession.user_id)
             .where(UserSession.token_sha256 == digest, UserSession.expires_at > now, User.is_active.is_(True))
         ).first()
     if row is None:
         return ANONYMOUS
-    last_seen, user_id, username = row
+    last_seen, user_id, username, list_view = row
     if now - last_seen > timedelta(seconds=60):
         with db.write() as s:
             s.execute(
@@ -228,7 +230,19 @@ def session_viewer(db: Database, token: str, max_age: int) -> Viewer:
                 .where(UserSession.token_sha256 == digest)
                 .values(last_seen_at=now, expires_at=now + timedelta(seconds=max_age))
             )
-    return Viewer(user_id=user_id, username=username)
+    return Viewer(user_id=user_id, username=username, list_view=list_view)
+
+
+def set_list_view(db: Database, user_id: str, view: str) -> None:
+    """Remember a person's snapshot-list layout (``LIST_VIEWS``).
+
+    Raises:
+        ValueError: ``view`` is not one of ``LIST_VIEWS``.
+    """
+    if view not in LIST_VIEWS:
+        raise ValueError(f"view must be one of {', '.join(LIST_VIEWS)}")
+    with db.write() as s:
+        s.execute(update(User).where(User.id == user_id).values(list_view=view))
 
 
 def end_session(db: Database, token: str) -> None:

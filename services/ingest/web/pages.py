@@ -34,6 +34,7 @@ from boxcar.ingest.web import accounts, replay
 from boxcar.ingest.web.accounts import SESSION_COOKIE, require_login, require_viewer, viewer_of
 from boxcar.ingest.web.archive import archive_origin
 from boxcar.shared.crawlconfig import parse_depth
+from boxcar.shared.db.models import LIST_VIEWS
 from boxcar.shared.importers import extract_urls
 from boxcar.shared.messages import CrawlControl, ScheduleControl, clean_text
 
@@ -101,6 +102,15 @@ def _date(value: str | None) -> datetime | None:
         return None
 
 
+#: the most snapshots one bulk action takes (a page of the list is 50)
+BULK_LIMIT = 1000
+
+
+def _with_flash(target: str, message: str) -> str:
+    """``target`` with a ``flash`` message for the page to show once."""
+    return target + ("&" if "?" in target else "?") + urlencode({"flash": message})
+
+
 def _is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
@@ -146,9 +156,10 @@ class SnapshotPages(Controller):
         page = await anyio.to_thread.run_sync(lambda: library.list(filters, cursor[:100]))
         params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
         next_url = "/?" + urlencode({**params, "cursor": page.next_cursor}) if page.next_cursor else ""
-        context = {"page": page, "next_url": next_url, "q": q}
+        view = (await viewer_of(request)).list_view
+        context = {"page": page, "next_url": next_url, "q": q, "view": view}
         if _is_htmx(request) and cursor:
-            return await render(request, "_snapshot_rows.html", **context)
+            return await render(request, "_snapshot_cards.html" if view == "grid" else "_snapshot_rows.html", **context)
         tags = await anyio.to_thread.run_sync(library.tags)
         return await render(
             request,
@@ -157,6 +168,8 @@ class SnapshotPages(Controller):
             all_tags=tags,
             date_from=date_from,
             date_to=date_to,
+            here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            flash=str(request.query_params.get("flash", ""))[:300],
             **context,
         )
 
@@ -241,6 +254,79 @@ class SnapshotPages(Controller):
         crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, body)
         await signals.crawl_queued(crawl.id)
         return Redirect(f"/crawls/{crawl.id}", status_code=303)
+
+    @post(routes.BULK, guards=[require_login])
+    async def bulk(
+        self,
+        request: Request,
+        library: NamedDependency[SnapshotLibrary],
+        crawl_service: NamedDependency[CrawlService],
+        signals: NamedDependency[Signals],
+    ) -> Template | Redirect | Response:
+        """One action on the snapshots ticked in the list or grid: ``tag``/``untag`` (the
+        ``tags`` field), ``archive-again`` (one crawl of their URLs, each with its tags),
+        ``export`` (a JSON Lines download) or ``delete`` (the page asked once; a snapshot being
+        captured is kept and named)."""
+        form = await request.form()
+        ids = list(dict.fromkeys(str(i)[:32] for i in form.getall("ids")))[:BULK_LIMIT] if "ids" in form else []
+        action = str(form.get("action", ""))
+        tags = _split(str(form.get("tags", "")))
+        back = _safe_next(str(form.get("next", "/")))
+        if not ids:
+            return await render(request, "error.html", status_code=422, code=422, detail="tick some snapshots first")
+        if action in ("tag", "untag"):
+            if not tags:
+                return await render(request, "error.html", status_code=422, code=422, detail=f"{action}: give tags")
+            change = library.add_tags if action == "tag" else library.remove_tags
+            found = await anyio.to_thread.run_sync(change, ids, tags)
+            await signals.tags_changed(found)
+            return Redirect(
+                _with_flash(back, f"{'Tagged' if action == 'tag' else 'Untagged'} {len(found)}."), status_code=303
+            )
+        if action == "export":
+            rows = await anyio.to_thread.run_sync(library.export_rows, ids)
+            body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+            return Response(
+                body,
+                media_type="application/x-ndjson",
+                headers={"Content-Disposition": 'attachment; filename="boxcar-snapshots.jsonl"'},
+            )
+        if action == "archive-again":
+            rows = await anyio.to_thread.run_sync(library.export_rows, ids)
+            seeds: list[str | SeedIn] = [SeedIn(url=r["url"], title=r["title"], tags=r["tags"]) for r in rows]
+            if not seeds:
+                raise NotFoundException("none of these snapshots exists")
+            create = CrawlCreate(urls=seeds, only_new=False, label=f"again: {len(seeds)} snapshot(s)")
+            crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, create)
+            await signals.crawl_queued(crawl.id)
+            return Redirect(f"/crawls/{crawl.id}", status_code=303)
+        if action == "delete":
+            busy: list[str] = []
+            deleted = 0
+
+            def run() -> None:
+                nonlocal deleted
+                for sid in ids:
+                    try:
+                        deleted += library.delete(sid)
+                    except SnapshotBusy:
+                        busy.append(sid)
+
+            await anyio.to_thread.run_sync(run)
+            kept = f" {len(busy)} being captured kept." if busy else ""
+            return Redirect(_with_flash(back, f"Deleted {deleted}.{kept}"), status_code=303)
+        return await render(request, "error.html", status_code=422, code=422, detail=f"no action {action[:20]!r}")
+
+    @post(routes.LIST_VIEW, guards=[require_login])
+    async def list_view(self, request: Request) -> Redirect:
+        """Remember the list's layout (``list``/``grid``) for this person."""
+        form = await request.form()
+        view = str(form.get("view", ""))
+        if view not in LIST_VIEWS:
+            raise NotFoundException(f"no view {view[:20]!r}")
+        viewer = await viewer_of(request)
+        await anyio.to_thread.run_sync(accounts.set_list_view, request.app.state.db, viewer.user_id, view)
+        return Redirect(_safe_next(str(form.get("next", "/"))), status_code=303)
 
 
 class CrawlPages(Controller):
@@ -331,14 +417,34 @@ class AddPage(Controller):
         return await self._form(request, crawl_service, form, error, 200)
 
     async def _form(self, request, crawl_service, form, error: str = "", status_code: int = 200) -> Template:
+        groups = await anyio.to_thread.run_sync(crawl_service.plugin_choices)
+        chosen = form.get("plugins") or [p.name for g in groups.values() for p in g if p.default]
         return await render(
             request,
             "add.html",
             status_code=status_code,
-            form=form,
+            form={**form, "plugins": chosen},
             error=error,
-            plugins=crawl_service.selectable_plugins(),
+            plugin_groups=groups,
         )
+
+    @post(routes.ADD_PREVIEW, guards=[require_login])
+    async def preview(self, request: Request, crawl_service: NamedDependency[CrawlService]) -> Template:
+        """What the pasted URLs and chosen files hold (htmx, as they change): entries, new, merged,
+        archived before, rejected with reasons. Nothing is queued."""
+        form = await request.form()
+        uploads = [u for u in form.getall("file") if isinstance(u, UploadFile)] if "file" in form else []
+        files = [(data, u.filename or "") for u in uploads if (data := await u.read())]
+        text = str(form.get("urls", "")).strip()
+        if text:
+            files.append((text.encode(), "urls.txt"))
+        if not files:
+            return await render(request, "_add_preview.html", preview=None, error="")
+        try:
+            preview = await anyio.to_thread.run_sync(crawl_service.preview, files)
+        except InputError as exc:
+            return await render(request, "_add_preview.html", preview=None, error=str(exc).split(": ", 1)[-1])
+        return await render(request, "_add_preview.html", preview=preview, error="")
 
     @post(routes.ADD, guards=[require_login])
     async def submit(
