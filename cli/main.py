@@ -21,6 +21,9 @@ from boxcar.cli.commands import (
     demo as demo_command,
 )
 from boxcar.cli.commands import (
+    export as export_command,
+)
+from boxcar.cli.commands import (
     feeds as feeds_command,
 )
 from boxcar.cli.commands import (
@@ -74,6 +77,7 @@ cli.add_command(user_command.user)
 cli.add_command(search_command.search_cmd)
 cli.add_command(remove_command.remove_cmd)
 cli.add_command(reindex_command.reindex_cmd)
+cli.add_command(export_command.export_cmd)
 
 
 if __name__ == "__main__":

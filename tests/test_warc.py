@@ -51,3 +51,45 @@ def test_a_ten_page_crawl_s_warcs_have_unique_names_addresses_and_pass_warcio_an
     assert create.returncode == 0, create.stdout[-2000:] + create.stderr[-2000:]
     validate = subprocess.run([BIN / "wacz", "validate", "-f", str(wacz)], capture_output=True, text=True)
     assert validate.returncode == 0, validate.stdout[-2000:] + validate.stderr[-2000:]
+
+
+def test_boxcar_exports_a_crawl_as_a_valid_wacz_with_titles_and_text(
+    sqlite_url, nats_url, make_stack, site_urls, tmp_path
+):
+    """``boxcar export wacz --crawl`` (and the API's ``/exports/wacz``): py-wacz's ``validate``
+    passes, ``pages/pages.jsonl`` lists every page with its title and readable text, and the
+    WACZ's CDXJ index has every page's URL."""
+    import gzip
+    import json
+    import zipfile
+
+    urls = site_urls(6)
+    stack = make_stack(sqlite_url, nats_url, families=["fetch", "extract"])
+    crawl_id = submit(stack, urls=urls, plugins=["wget", "htmltotext"])
+    wait_sealed(stack, crawl_id, timeout=300)
+    out = tmp_path / "crawl.wacz"
+    run = subprocess.run(
+        [BIN / "boxcar", "export", "wacz", "--crawl", crawl_id, "-o", str(out), "--data-dir", str(stack.data_dir)],
+        capture_output=True,
+        text=True,  # DATABASE_URL comes from the environment make_stack set
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    validate = subprocess.run([BIN / "wacz", "validate", "-f", str(out)], capture_output=True, text=True)
+    assert validate.returncode == 0, validate.stdout[-2000:] + validate.stderr[-2000:]
+    with zipfile.ZipFile(out) as z:
+        lines = z.read("pages/pages.jsonl").decode().splitlines()
+        index = gzip.decompress(z.read("indexes/index.cdx.gz")).decode()
+        assert json.loads(lines[0])["format"] == "json-pages-1.0"
+        pages = [json.loads(line) for line in lines[1:]]
+        names = z.namelist()
+    assert {"datapackage.json", "datapackage-digest.json"} <= set(names)
+    items = api(stack).get("/api/v1/snapshots", params={"crawl_id": crawl_id}).json()["items"]
+    assert len(pages) == len(items) == 6
+    by_url = {p["url"]: p for p in pages}
+    for item in items:
+        page = by_url[item["final_url"] or item["url"]]
+        assert page["title"] == (item["title"] or item["url"]) and len(page.get("text", "")) > 20, page
+        assert page["url"] in index
+    response = api(stack).get(f"/api/v1/exports/wacz?crawl_id={crawl_id}")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/wacz"
+    assert response.content[:2] == b"PK"

@@ -35,6 +35,7 @@ from boxcar.ingest.api.controllers import (
     SearchController,
     SnapshotController,
 )
+from boxcar.ingest.api.exports import ExportController
 from boxcar.ingest.api.imports import ImportController
 from boxcar.ingest.api.openapi import READS, SECURITY, components, document
 from boxcar.ingest.feeds import FeedService
@@ -169,6 +170,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             ImportController,
             FeedController,
             ArchiveBoxController,
+            ExportController,
             health,
             status,
             SnapshotPages,

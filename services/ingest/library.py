@@ -407,9 +407,12 @@ class SnapshotLibrary:
             {
                 "id": x.id,
                 "url": x.url,
+                #: ArchiveBox's snapshot timestamp: the bookmark time in epoch seconds, as a string
+                "timestamp": str(int((x.bookmarked_at or x.created_at).timestamp())),
                 "title": x.title,
                 "domain": rows[x.id].domain,
                 "tags": rows[x.id].tags,
+                "tags_str": ",".join(rows[x.id].tags),
                 "status": x.status,
                 "http_status": x.http_status,
                 "crawl_id": x.crawl_id,

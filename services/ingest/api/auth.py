@@ -38,14 +38,16 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-SCOPES = ("write", "read")
+#: ``write`` everything, ``read`` the GET endpoints, ``feed`` only the RSS/Atom exports (it is sent in
+#: a feed URL, since feed readers send no headers: the least a leaked URL can give away)
+SCOPES = ("write", "read", "feed")
 
 
 def create_token(db: Database, name: str = "", scope: str = "write") -> str:
     """Create a token and return it (the only time it exists in clear).
 
     Raises:
-        ValueError: ``scope`` is not ``write`` or ``read``.
+        ValueError: ``scope`` is not one of ``SCOPES``.
     """
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}")
@@ -133,6 +135,7 @@ async def require_token(connection: ASGIConnection, _: BaseRouteHandler) -> None
 
 
 async def require_read_access(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """Guard for reads: any valid token, unless ``app.state.public_reads``."""
-    if not connection.app.state.public_reads:
-        await _scope(connection)
+    """Guard for reads: a valid ``read`` or ``write`` token (a ``feed`` token is a 403), unless
+    ``app.state.public_reads``."""
+    if not connection.app.state.public_reads and await _scope(connection) == "feed":
+        raise PermissionDeniedException("a feed token reads only the RSS/Atom exports")

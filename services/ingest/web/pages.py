@@ -24,7 +24,8 @@ from litestar.params import PathParameter, QueryParameter
 from litestar.response import Redirect, Template
 
 from boxcar.ingest import routes
-from boxcar.ingest.api.auth import create_token, list_tokens, revoke_token
+from boxcar.ingest.api.auth import SCOPES, create_token, list_tokens, revoke_token
+from boxcar.ingest.api.exports import base_url_of, export_response, selection
 from boxcar.ingest.api.schemas import CrawlCreate, FeedCreate, SeedIn
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotBusy, SnapshotFilter, SnapshotLibrary
@@ -316,6 +317,21 @@ class SnapshotPages(Controller):
             kept = f" {len(busy)} being captured kept." if busy else ""
             return Redirect(_with_flash(back, f"Deleted {deleted}.{kept}"), status_code=303)
         return await render(request, "error.html", status_code=422, code=422, detail=f"no action {action[:20]!r}")
+
+    @get(f"{routes.EXPORT_PAGES}/{{format:str}}", guards=[require_viewer])
+    async def export(
+        self,
+        request: Request,
+        format: PathStr,
+        library: NamedDependency[SnapshotLibrary],
+        snapshot_id: QueryStr = "",
+        crawl_id: QueryStr = "",
+        tag: QueryStr = "",
+        q: QueryStr = "",
+    ) -> Response:
+        """The export links of the list, snapshot and crawl pages (``api/exports.py``)."""
+        chosen = selection(snapshot_id[:32], crawl_id[:32], tag[:100], q[:1000])
+        return await export_response(request, library, format[:10], chosen, base_url_of(request))
 
     @post(routes.LIST_VIEW, guards=[require_login])
     async def list_view(self, request: Request) -> Redirect:
@@ -624,10 +640,20 @@ class AccountPages(Controller):
         form = await request.form()
         db = request.app.state.db
         name = str(form.get("name", ""))[:128]
-        scope = "read" if form.get("read_only") else "write"
+        scope = str(form.get("scope", "")) or ("read" if form.get("read_only") else "write")
+        if scope not in SCOPES:
+            raise NotFoundException(f"no token scope {scope[:20]!r}")
         token = await anyio.to_thread.run_sync(lambda: create_token(db, name or "web UI", scope=scope))
         tokens = await anyio.to_thread.run_sync(list_tokens, db)
-        response = await render(request, "settings.html", status_code=201, tokens=tokens, new_token=token)
+        response = await render(
+            request,
+            "settings.html",
+            status_code=201,
+            tokens=tokens,
+            new_token=token,
+            new_scope=scope,
+            **save_from_anywhere(request),
+        )
         response.headers["Cache-Control"] = "no-store"
         return response
 

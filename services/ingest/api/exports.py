@@ -1,0 +1,118 @@
+"""``GET /api/v1/exports/{format}``: a selection of snapshots as WACZ, JSON Lines, JSON, CSV,
+Netscape bookmarks, RSS or Atom (``boxcar.ingest.exports``). The UI's ``/export/{format}``
+answers with the same ``export_response``.
+
+Every format needs a read token, except the feeds: a feed reader sends no headers, so ``rss`` and
+``atom`` also take a ``feed``-scoped token as ``?key=`` (that scope reads nothing else; revoke it on
+``/settings``). Text formats stream; a WACZ is packaged into a temporary file first (py-wacz
+writes a zip) and streamed from there, then deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio.to_thread
+from litestar import Controller, Request, Response, get
+from litestar.background_tasks import BackgroundTask
+from litestar.di import NamedDependency
+from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.params import PathParameter, QueryParameter
+from litestar.response import File, Stream
+
+from boxcar.ingest import exports, routes
+from boxcar.ingest.api.auth import require_read_access, token_scope
+from boxcar.ingest.api.openapi import READS, SECURITY, Unprocessable
+from boxcar.ingest.library import SnapshotLibrary
+
+ID = r"^[0-9a-f]{32}$"
+Format = Annotated[str, PathParameter(description=f"one of {', '.join(exports.FORMATS)}")]
+
+
+def selection(snapshot_id: str | None, crawl_id: str | None, tag: str | None, q: str | None) -> exports.Selection:
+    return exports.Selection(snapshot_id=snapshot_id or "", crawl_id=crawl_id or "", tag=tag or "", q=q or "")
+
+
+async def export_response(
+    request: Request, library: SnapshotLibrary, format: str, chosen: exports.Selection, base_url: str
+) -> Response[Any]:
+    """The export of ``chosen`` in ``format``, as a download (a feed: inline).
+
+    Raises:
+        NotFoundException: an unknown format.
+        Unprocessable: nothing selected, or no WARC to package (WACZ).
+    """
+    if format not in exports.FORMATS:
+        raise NotFoundException(f"no export format {format[:20]!r}; one of {', '.join(exports.FORMATS)}")
+    db = request.app.state.db
+    media_type, extension = exports.FORMATS[format]
+    limit = exports.FEED_SIZE if format in ("rss", "atom") else exports.MAX_EXPORT
+    ids = await anyio.to_thread.run_sync(lambda: exports.selected_ids(db, library, chosen, limit))
+    if not ids and format not in ("rss", "atom"):
+        raise Unprocessable(detail=f"nothing to export: no snapshot matches ({chosen.describe()})")
+    name = f"boxcar-{'-'.join(p for p in (chosen.tag, chosen.crawl_id, chosen.snapshot_id) if p) or 'export'}"
+    download = {"Content-Disposition": f'attachment; filename="{name[:80]}.{extension}"'}
+    title = f"Boxcar: {chosen.describe()}"
+    if format == "wacz":
+        handle, raw = tempfile.mkstemp(prefix="boxcar-export-", suffix=".wacz")
+        os.close(handle)
+        path = Path(raw)
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: exports.write_wacz(db, request.app.state.settings.data_dir, ids, path, title=title)
+            )
+        except exports.ExportError as exc:
+            path.unlink(missing_ok=True)
+            raise Unprocessable(detail=str(exc)) from None
+        return File(path, filename=f"{name[:80]}.wacz", media_type=media_type, background=BackgroundTask(path.unlink))
+    rows = exports.records(db, library, ids)
+    if format in ("rss", "atom"):
+        self_url = str(request.url.with_replacements(query=""))  # never the key: it would be in the feed
+        body = await anyio.to_thread.run_sync(
+            lambda: exports.feed(rows, format, title=title, base_url=base_url, self_url=self_url)
+        )
+        return Response(body, media_type=media_type)
+    writer = {"jsonl": exports.jsonl, "json": exports.json_array, "csv": exports.csv_rows, "html": exports.netscape}
+    return Stream(writer[format](rows), media_type=media_type, headers=download)
+
+
+def base_url_of(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
+
+
+class ExportController(Controller):
+    path = routes.EXPORTS
+    tags = ["exports"]
+
+    @get("/{format:str}", operation_id="Export", security=SECURITY, raises=[*READS, Unprocessable, NotFoundException])
+    async def export(
+        self,
+        request: Request,
+        format: Format,
+        library: NamedDependency[SnapshotLibrary],
+        snapshot_id: Annotated[str | None, QueryParameter(pattern=ID, description="one snapshot")] = None,
+        crawl_id: Annotated[str | None, QueryParameter(pattern=ID, description="a crawl's snapshots")] = None,
+        tag: Annotated[str | None, QueryParameter(max_length=100, description="a tag's snapshots")] = None,
+        q: Annotated[str | None, QueryParameter(max_length=1000, description="a search's snapshots")] = None,
+        key: Annotated[
+            str | None, QueryParameter(max_length=256, description="a feed token (rss and atom only)")
+        ] = None,
+    ) -> Response[Any]:
+        """Export snapshots: ``wacz`` (WACZ 1.1.1 with pages and text), ``jsonl``, ``json``,
+        ``csv``, ``html`` (Netscape bookmarks), ``rss``, ``atom`` (the newest 50).
+
+        Returns:
+            The file (text formats stream); 422 when nothing matches or, for WACZ, no snapshot
+            has a WARC.
+        """
+        if key and format in ("rss", "atom"):
+            if await anyio.to_thread.run_sync(token_scope, request.app.state.db, key) != "feed":
+                raise NotAuthorizedException("unknown or revoked feed key")
+        else:
+            await require_read_access(request, None)  # type: ignore[arg-type]
+        return await export_response(
+            request, library, format, selection(snapshot_id, crawl_id, tag, q), base_url_of(request)
+        )
