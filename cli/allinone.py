@@ -34,9 +34,9 @@ async def main(families: list[str]) -> None:
     """Run every service until SIGTERM/SIGINT, then stop them all (each finishes or hands back
     its current work, as it would alone)."""
     setup_logging("boxcar")
-    telemetry.setup_tracing("boxcar")
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    telemetry.setup_tracing("boxcar", settings.span_log_dir)
     db = Database(settings.sqlalchemy_url)
     await asyncio.to_thread(db.upgrade_in_child)
     shared = await asyncio.to_thread(SharedResources, settings, families)

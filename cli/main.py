@@ -51,6 +51,9 @@ from boxcar.cli.commands import (
     token as token_command,
 )
 from boxcar.cli.commands import (
+    trace as trace_command,
+)
+from boxcar.cli.commands import (
     up as up_command,
 )
 from boxcar.cli.commands import (
@@ -78,6 +81,7 @@ cli.add_command(search_command.search_cmd)
 cli.add_command(remove_command.remove_cmd)
 cli.add_command(reindex_command.reindex_cmd)
 cli.add_command(export_command.export_cmd)
+cli.add_command(trace_command.trace_cmd)
 
 
 if __name__ == "__main__":

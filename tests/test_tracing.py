@@ -54,3 +54,66 @@ def test_one_trace_per_crawl_across_services(tmp_path, nats_url, make_stack, dem
         "hook on_Snapshot__35_wget.finite.bg",
         "task.completed",
     } <= names
+
+
+def test_boxcar_trace_prints_a_crawl_s_waterfall_from_the_kept_spans(tmp_path, nats_url, make_stack, site_urls):
+    """With no collector (the default: SPAN_LOG), every service keeps its spans under
+    DATA_DIR/logs; ``boxcar trace`` finds the crawl's trace there and prints each snapshot's
+    stages, tasks and hooks under the crawl, from every service."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    stack = make_stack(f"sqlite:///{tmp_path / 'index.sqlite3'}", nats_url, env={"PLUGINS": "wget,hashes"})
+    urls = site_urls(3)
+    crawl_id = submit(stack, urls=urls)
+    wait_sealed(stack, crawl_id, timeout=300)
+    stack.stop(grace=20)  # flushes every service's span processor
+    files = list((stack.data_dir / "logs").glob("spans-*.jsonl*"))
+    assert files and all(json.loads(line)["resourceSpans"] for f in files for line in f.read_text().splitlines())
+
+    boxcar = str(Path(sys.executable).parent / "boxcar")
+    run = subprocess.run(
+        [boxcar, "trace", crawl_id, "--json", "--data-dir", str(stack.data_dir)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    spans = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len({s["traceId"] for s in spans}) == 1
+    services = {s["service"] for s in spans}
+    assert {"ingest", "crawl-runner", "hook-executor-fetch", "hook-executor-index", "result-projector"} <= services
+    names = [s["name"] for s in spans]
+    assert "snapshot.start" in names and names.count("task fetch") == 3
+    assert names.count("hook on_Snapshot__35_wget.finite.bg") == 3
+
+    tree = subprocess.run(
+        [boxcar, "trace", crawl_id, "--data-dir", str(stack.data_dir)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    )
+    assert tree.returncode == 0, tree.stderr
+    assert f"crawl {crawl_id}" in tree.stdout and "hook on_Snapshot__35_wget.finite.bg (wget)" in tree.stdout
+    lines = tree.stdout.splitlines()
+    crawl_line = next(i for i, line in enumerate(lines) if line.lstrip("└├─│ ").startswith("crawl "))
+    hook_line = next(i for i, line in enumerate(lines) if "wget.finite.bg" in line)
+    assert hook_line > crawl_line  # hooks drawn under the crawl's root span
+    missing = subprocess.run(
+        [boxcar, "trace", "0" * 32, "--data-dir", str(stack.data_dir)], capture_output=True, text=True
+    )
+    assert missing.returncode != 0 and "no crawl" in missing.stderr
+    # the crawl page's "Trace" section draws the same tree
+    from litestar.testing import TestClient
+
+    from boxcar.ingest.app import create_app
+    from boxcar.ingest.web.accounts import create_user
+    from boxcar.shared.db import Database
+    from boxcar.shared.settings import Settings
+
+    db = Database(f"sqlite:///{tmp_path / 'index.sqlite3'}")
+    create_user(db, "alice", "a long enough password")
+    with TestClient(create_app(Settings(data_dir=stack.data_dir, nats_url="nats://127.0.0.1:9"), db)) as c:
+        token = re.search(r'name="_csrf_token" value="([^"]+)"', c.get("/login").text).group(1)
+        c.post("/login", data={"username": "alice", "password": "a long enough password", "_csrf_token": token})
+        assert 'id="trace"' in c.get(f"/crawls/{crawl_id}").text
+        waterfall = c.get(f"/crawls/{crawl_id}/trace").text
+    assert waterfall.count("hook on_Snapshot__35_wget.finite.bg (wget)") == 3 and 'class="span-bar"' in waterfall

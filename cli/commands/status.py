@@ -38,8 +38,12 @@ def status_cmd(data_dir, api, token, as_json) -> None:
         click.echo(json.dumps(state))
         return
     gib = 1024**3
+
+    def counts(by_status: dict) -> str:
+        return ", ".join(f"{n} {status}" for status, n in by_status.items())
+
     err.print(
-        f"crawls {state['crawls']}\nsnapshots {state['snapshots']}\n"
+        f"crawls: {counts(state['crawls'])}\nsnapshots: {counts(state['snapshots'])}\n"
         f"archive {state['archive_bytes'] / gib:.2f} GiB, disk {state.get('disk_used_bytes', 0) / gib:.1f} GiB used, "
         f"{state['disk_free_bytes'] / gib:.1f} GiB free in {state['data_dir']}"
     )

@@ -44,7 +44,10 @@ def up(data_dir: str | None, port: int | None) -> None:
     except StackError as exc:
         fail(str(exc))
     err.print(f"[bold green]Boxcar is up[/]  web UI and API {stack.api_url}  (OpenAPI {stack.api_url}/schema)")
-    err.print(f"archive origin (replay) http://127.0.0.1:{stack.archive_port}; log in as `boxcar user create` made")
+    err.print(
+        f"archive origin (replay) http://127.0.0.1:{stack.archive_port}; "
+        "log in with a user made by `boxcar user create NAME`"
+    )
     err.print(f"data {settings.data_dir}  NATS {stack.nats_url}  executors: {', '.join(stack.families)}")
     err.print("[dim]boxcar add URL… submits here; Ctrl-C stops everything[/]")
     try:

@@ -70,9 +70,9 @@ async def run_service(
     """
     limit_malloc_arenas()  # before the tracer's and the thread pool's threads start
     setup_logging(name)
-    telemetry.setup_tracing(name)
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    telemetry.setup_tracing(name, settings.span_log_dir)
     db = Database(settings.sqlalchemy_url) if database else None
     if db is not None:
         await asyncio.to_thread(db.upgrade_in_child)

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
         default=1024**3, ge=0, description="Bytes one hook may write for one snapshot (0 = no limit; 500m, 2g …)"
     )
     only_new: bool = Field(default=True, description="Skip URLs some crawl archived before (true/false)")
+    span_log: bool = Field(
+        default=True,
+        description="Keep every exported span in DATA_DIR/logs/spans-*.jsonl (OTLP/JSON, bounded) for `boxcar trace`",
+    )
     url_allowlist: str = Field(default="", description="Only archive URLs matching: a regex, domains, or a JSON list")
     url_denylist: str = Field(
         default=DEFAULT_URL_DENYLIST, description="Never archive URLs matching (as URL_ALLOWLIST)"
@@ -296,6 +300,12 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @property
+    def span_log_dir(self) -> Path | None:
+        """Where this stack keeps its spans (``boxcar.shared.spanlog``): ``DATA_DIR/logs``, or
+        None with ``SPAN_LOG=false``."""
+        return self.data_dir / "logs" if self.span_log else None
 
     @property
     def runtime_ports_dir(self) -> Path:

@@ -8,12 +8,15 @@ the database (a due row rather than a message) continues the context stored on t
 Exporting follows the standard OpenTelemetry environment: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) sends spans over OTLP/HTTP; ``OTEL_TRACES_EXPORTER=console``
 prints them; with neither, spans are created (so context still propagates) but not exported.
+Whatever else, with ``SPAN_LOG`` (the default) every span is also kept under ``DATA_DIR/logs``
+(``boxcar.shared.spanlog``), which ``boxcar trace`` reads.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -24,8 +27,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 _configured = False
 
 
-def setup_tracing(service_name: str) -> TracerProvider | None:
-    """Install a TracerProvider for this process (idempotent).
+def setup_tracing(service_name: str, span_dir: Path | None = None) -> TracerProvider | None:
+    """Install a TracerProvider for this process (idempotent); ``span_dir``: also keep its spans
+    there (``Settings.span_log_dir``).
 
     Returns:
         The provider installed by this call, or None when one was already installed.
@@ -35,6 +39,10 @@ def setup_tracing(service_name: str) -> TracerProvider | None:
         return None
     _configured = True
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if span_dir is not None:
+        from boxcar.shared.spanlog import SpanFileExporter
+
+        provider.add_span_processor(BatchSpanProcessor(SpanFileExporter(span_dir, service_name)))
     exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporter_name == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))

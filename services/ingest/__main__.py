@@ -31,9 +31,9 @@ async def serve_both(settings) -> None:
 
 def main() -> None:
     setup_logging("ingest")
-    telemetry.setup_tracing("ingest")
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    telemetry.setup_tracing("ingest", settings.span_log_dir)
     try:
         if settings.archive_port:
             asyncio.run(serve_both(settings))

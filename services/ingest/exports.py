@@ -41,8 +41,8 @@ FORMATS: dict[str, tuple[str, str]] = {
     "wacz": ("application/wacz", "wacz"),
     "jsonl": ("application/x-ndjson", "jsonl"),
     "json": ("application/json", "json"),
-    "csv": ("text/csv; charset=utf-8", "csv"),
-    "html": ("text/html; charset=utf-8", "html"),
+    "csv": ("text/csv", "csv"),  # Litestar adds "; charset=utf-8" to text/*
+    "html": ("text/html", "html"),
     "rss": ("application/rss+xml", "xml"),
     "atom": ("application/atom+xml", "xml"),
 }

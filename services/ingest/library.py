@@ -377,6 +377,14 @@ class SnapshotLibrary:
             )
         return names
 
+    def trace_id(self, crawl_id: str) -> str:
+        """The crawl's trace id (from ``Crawl.trace_context``); "" for no such crawl or none."""
+        from boxcar.shared.spanlog import trace_id_of
+
+        with self.db.read() as s:
+            crawl = s.get(Crawl, crawl_id)
+            return trace_id_of(dict(crawl.trace_context or {})) if crawl is not None else ""
+
     def add_tags(self, snapshot_ids: list[str], tags: list[str]) -> list[str]:
         """Add tags to many snapshots (bulk action); returns the ids that exist. The caller then
         publishes ``events.tags.changed``."""

@@ -19,7 +19,7 @@ import anyio.to_thread
 from litestar import Controller, Request, Response, get
 from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency
-from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.exceptions import NotAuthorizedException, NotFoundException, ValidationException
 from litestar.params import PathParameter, QueryParameter
 from litestar.response import File, Stream
 
@@ -29,6 +29,8 @@ from boxcar.ingest.api.openapi import READS, SECURITY, Unprocessable
 from boxcar.ingest.library import SnapshotLibrary
 
 ID = r"^[0-9a-f]{32}$"
+#: the query parameters an export takes (anything else is a 400, never ignored)
+EXPORT_PARAMETERS = frozenset({"snapshot_id", "crawl_id", "tag", "q", "key"})
 Format = Annotated[str, PathParameter(description=f"one of {', '.join(exports.FORMATS)}")]
 
 
@@ -108,6 +110,12 @@ class ExportController(Controller):
             The file (text formats stream); 422 when nothing matches or, for WACZ, no snapshot
             has a WARC.
         """
+        unknown = set(request.query_params) - EXPORT_PARAMETERS
+        if unknown:  # a misspelt selection must not export the whole archive
+            raise ValidationException(
+                f"unknown parameter(s) {', '.join(sorted(unknown))[:200]}: the selection is "
+                "snapshot_id, crawl_id, tag or q (and key for rss/atom)"
+            )
         if key and format in ("rss", "atom"):
             if await anyio.to_thread.run_sync(token_scope, request.app.state.db, key) != "feed":
                 raise NotAuthorizedException("unknown or revoked feed key")

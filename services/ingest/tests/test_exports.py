@@ -92,6 +92,8 @@ def test_jsonl_json_and_csv_carry_archivebox_s_list_fields(archive):
         one = c.get("/api/v1/exports/jsonl", params={"snapshot_id": archive["ids"][1]}, headers=headers).text
         none = c.get("/api/v1/exports/jsonl", params={"tag": "no-such-tag"}, headers=headers)
         unknown = c.get("/api/v1/exports/pdf", headers=headers)
+        misspelt = c.get("/api/v1/exports/jsonl", params={"crawl": archive["crawl"]}, headers=headers)
+        html_type = c.get("/api/v1/exports/html", headers=headers).headers["content-type"]
     records = [json.loads(line) for line in lines]
     assert [r["url"] for r in records] == [PAGES[1][0], PAGES[0][0]]  # newest first
     for r in records:
@@ -102,6 +104,8 @@ def test_jsonl_json_and_csv_carry_archivebox_s_list_fields(archive):
     assert json.loads(one)["id"] == archive["ids"][1]
     assert none.status_code == 422 and "no snapshot matches" in none.json()["detail"]
     assert unknown.status_code == 404
+    assert misspelt.status_code == 400 and "crawl_id" in misspelt.json()["detail"]
+    assert html_type == "text/html; charset=utf-8"
 
 
 def test_rss_and_atom_parse_and_a_feed_key_reads_feeds_only(archive):

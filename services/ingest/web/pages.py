@@ -34,6 +34,7 @@ from boxcar.ingest.signals import BusUnavailable, Signals
 from boxcar.ingest.web import accounts, replay
 from boxcar.ingest.web.accounts import SESSION_COOKIE, require_login, require_viewer, viewer_of
 from boxcar.ingest.web.archive import archive_origin
+from boxcar.shared import spanlog
 from boxcar.shared.crawlconfig import parse_depth
 from boxcar.shared.db.models import LIST_VIEWS
 from boxcar.shared.importers import extract_urls
@@ -372,6 +373,24 @@ class CrawlPages(Controller):
         page = await anyio.to_thread.run_sync(lambda: library.list(SnapshotFilter(crawl_id=status.id)))
         next_url = f"/?crawl_id={status.id}&cursor={page.next_cursor}" if page.next_cursor else ""
         return await render(request, "crawl.html", crawl=status, page=page, next_url=next_url)
+
+    @get("/crawls/{crawl_id:str}/trace", guards=[require_viewer])
+    async def trace(self, request: Request, crawl_id: PathStr, library: NamedDependency[SnapshotLibrary]) -> Template:
+        """The crawl's trace as a waterfall (htmx, when the section is opened): the spans the stack
+        kept (``boxcar.shared.spanlog``), as ``boxcar trace`` prints them."""
+        folder = request.app.state.settings.span_log_dir
+
+        def load() -> tuple[list[spanlog.SpanNode], float]:
+            trace_id = library.trace_id(crawl_id[:32])
+            if not trace_id or folder is None:
+                return [], 0.0
+            spans = list(spanlog.read_spans(folder, trace_id))
+            roots = spanlog.trace_tree(spans)
+            end = max(((s["end"] - min(x["start"] for x in spans)) / 1e9 for s in spans), default=0.0)
+            return roots, end
+
+        roots, total = await anyio.to_thread.run_sync(load)
+        return await render(request, "_trace.html", roots=roots, total=max(total, 0.001))
 
     @get("/crawls/{crawl_id:str}/progress", guards=[require_viewer])
     async def progress(
