@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import select
 
+from boxcar.cli.stack import EmbeddedStack
+from boxcar.ingest.web.accounts import create_user
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
+from boxcar.shared.settings import Settings
 
 INPUTS = Path(os.environ.get("BOXCAR_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared")) / "inputs"
 
@@ -57,3 +67,63 @@ def load_crawl(db: Database, crawl_id: str) -> tuple[Crawl, list[Snapshot], list
         snaps = list(s.scalars(select(Snapshot).where(Snapshot.crawl_id == crawl_id)))
         results = list(s.scalars(select(ArchiveResult).where(ArchiveResult.snapshot_id.in_([x.id for x in snaps]))))
     return crawl, snaps, results
+
+
+@contextlib.contextmanager
+def serve_directory(root: Path) -> Iterator[str]:
+    """A local HTTP server of ``root``'s files on a free loopback port; yields its base URL."""
+    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+@contextlib.contextmanager
+def ui_stack(
+    data_dir: Path,
+    lib_dir: Path,
+    plugins: str,
+    user: tuple[str, str],
+    prepare: Callable[[Settings], None] | None = None,
+) -> Iterator[EmbeddedStack]:
+    """An embedded stack (SQLite, its own NATS) for browser tests: local pages allowed, the given
+    ``PLUGINS``, a web UI user ``(name, password)``; ``prepare`` runs on its settings first."""
+    with pytest.MonkeyPatch.context() as env:
+        for key in ("DATABASE_URL", "NATS_URL", "PUBLIC_READS", "ARCHIVE_PORT", "ARCHIVE_SECURITY_MODE"):
+            env.delenv(key, raising=False)
+        env.setenv("ABXPKG_LIB_DIR", str(lib_dir))
+        env.setenv("URL_ALLOW_PRIVATE", "true")  # test sites are on 127.0.0.1
+        env.setenv("PLUGINS", plugins)
+        settings = Settings(data_dir=data_dir)
+        if prepare is not None:
+            prepare(settings)
+        db = Database(settings.sqlalchemy_url)
+        db.upgrade()
+        create_user(db, *user)
+        db.dispose()
+        stack = EmbeddedStack(settings)
+        stack.start(timeout=120)
+        try:
+            yield stack
+        finally:
+            stack.stop(grace=20)
+
+
+def npm_tool(package: str, version: str, path: str) -> Path:
+    """A file of an npm package (``path`` inside it), installed once into the checkout's
+    ``.cache/<package>`` (web-ext, axe-core: test tools, never shipped)."""
+    root = Path(__file__).resolve().parents[1] / ".cache" / package
+    target = root / "node_modules" / package / path
+    if not target.exists():
+        npm = shutil.which("npm")
+        assert npm, f"npm is needed for {package} (make system-deps installs it)"
+        subprocess.run(
+            [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(root), f"{package}@{version}"],
+            check=True,
+            timeout=600,
+        )
+    return target

@@ -18,10 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
@@ -29,11 +26,9 @@ import pytest
 from sqlalchemy import select
 
 from boxcar.cli.stack import EmbeddedStack
-from boxcar.ingest.web.accounts import create_user
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl, Snapshot, Status
-from boxcar.shared.settings import Settings
-from tests.helpers import wait_until
+from tests.helpers import serve_directory, ui_stack, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (pip) is needed for browser tests")
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,34 +50,14 @@ def site(tmp_path_factory) -> Iterator[str]:
             f"<!doctype html><html><head><title>The {name} page</title></head><body><h1>{name}</h1>"
             f'<p><a id="link" href="linked.html">a link</a></p></body></html>'
         )
-    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serve_directory(root) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, lib_dir: Path) -> Iterator[EmbeddedStack]:
-    data_dir = tmp_path_factory.mktemp("ext") / "data"
-    with pytest.MonkeyPatch.context() as env:
-        for key in ("DATABASE_URL", "NATS_URL", "PUBLIC_READS", "ARCHIVE_PORT", "ARCHIVE_SECURITY_MODE"):
-            env.delenv(key, raising=False)
-        env.setenv("ABXPKG_LIB_DIR", str(lib_dir))
-        env.setenv("URL_ALLOW_PRIVATE", "true")  # the test site is on 127.0.0.1
-        env.setenv("PLUGINS", "wget")
-        settings = Settings(data_dir=data_dir)
-        db = Database(settings.sqlalchemy_url)
-        db.upgrade()
-        create_user(db, "alice", PASSWORD)
-        db.dispose()
-        stack = EmbeddedStack(settings)
-        stack.start(timeout=120)
-        try:
-            yield stack
-        finally:
-            stack.stop(grace=20)
+    with ui_stack(tmp_path_factory.mktemp("ext") / "data", lib_dir, "wget", ("alice", PASSWORD)) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +271,7 @@ def test_web_ext_lint_passes_on_the_firefox_build(tmp_path):
         )
     firefox = build_extension.build(tmp_path)["firefox"].parent / "firefox"
     run = subprocess.run(
-        [str(web_ext), "lint", "--source-dir", str(firefox), "--output", "json", "--no-config-discovery"],
+        ["node", str(web_ext), "lint", "--source-dir", str(firefox), "--output", "json", "--no-config-discovery"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -14,12 +14,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,7 @@ from boxcar.ingest.web import replay
 from boxcar.ingest.web.accounts import create_user
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
-from tests.helpers import load_crawl, wait_until
+from tests.helpers import load_crawl, npm_tool, serve_directory, ui_stack, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (pip) is needed for browser tests")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -60,39 +58,24 @@ def site(tmp_path_factory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("site")
     (root / "article.html").write_text(ARTICLE)
     (root / "hostile.html").write_text(HOSTILE)
-    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serve_directory(root) as url:
+        yield url
+
+
+def _replay_files(settings: Settings) -> None:
+    try:
+        replay.provision(settings)
+    except RuntimeError as exc:
+        pytest.skip(f"ReplayWeb.page not available: {exc}")
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, lib_dir: Path) -> Iterator[EmbeddedStack]:
     """One embedded stack (SQLite, its own NATS) for every test of this module, with a user."""
     data_dir = tmp_path_factory.mktemp("ui") / "data"
-    with pytest.MonkeyPatch.context() as env:
-        for key in ("DATABASE_URL", "NATS_URL", "PUBLIC_READS", "ARCHIVE_PORT", "ARCHIVE_SECURITY_MODE"):
-            env.delenv(key, raising=False)
-        env.setenv("ABXPKG_LIB_DIR", str(lib_dir))
-        env.setenv("URL_ALLOW_PRIVATE", "true")  # the test site is on 127.0.0.1
-        env.setenv("PLUGINS", "chrome,title,screenshot,dom,wget,htmltotext")
-        settings = Settings(data_dir=data_dir)
-        try:
-            replay.provision(settings)
-        except RuntimeError as exc:
-            pytest.skip(f"ReplayWeb.page not available: {exc}")
-        db = Database(settings.sqlalchemy_url)
-        db.upgrade()
-        create_user(db, "alice", PASSWORD)
-        db.dispose()
-        stack = EmbeddedStack(settings)
-        stack.start(timeout=120)
-        try:
-            yield stack
-        finally:
-            stack.stop(grace=20)
+    plugins = "chrome,title,screenshot,dom,wget,htmltotext"
+    with ui_stack(data_dir, lib_dir, plugins, ("alice", PASSWORD), prepare=_replay_files) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -265,17 +248,7 @@ AXE_VERSION = "4.10.3"
 @pytest.fixture(scope="module")
 def axe_source() -> str:
     """axe-core's script (npm, kept under .cache/ like web-ext): injected into each page."""
-    root = Path(__file__).resolve().parents[1] / ".cache" / "axe-core"
-    script = root / "node_modules" / "axe-core" / "axe.min.js"
-    if not script.exists():
-        npm = shutil.which("npm")
-        assert npm, "npm is needed for the accessibility checks (make system-deps installs it)"
-        subprocess.run(
-            [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(root), f"axe-core@{AXE_VERSION}"],
-            check=True,
-            timeout=600,
-        )
-    return script.read_text()
+    return npm_tool("axe-core", AXE_VERSION, "axe.min.js").read_text()
 
 
 def axe_violations(page, axe_source: str) -> list[str]:
