@@ -40,6 +40,8 @@ from boxcar.ingest.api.imports import ImportController
 from boxcar.ingest.api.openapi import READS, SECURITY, components, document
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotLibrary
+from boxcar.ingest.metrics import HTTP as HTTP_METRICS
+from boxcar.ingest.metrics import metrics
 from boxcar.ingest.services import CrawlService
 from boxcar.ingest.signals import Signals
 from boxcar.ingest.status import StackStatus, stack_status
@@ -173,6 +175,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             ExportController,
             health,
             status,
+            metrics,
             SnapshotPages,
             CrawlPages,
             AddPage,
@@ -226,6 +229,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             components=components(),
         ),
         cors_config=EXTENSION_CORS,
+        middleware=[HTTP_METRICS.middleware],
         request_max_body_size=settings.max_request_body,
         before_send=[allow_every_method],
     )

@@ -15,6 +15,7 @@ EXPORTS = f"{API}/exports"
 FEEDS = f"{API}/feeds"
 STATUS = f"{API}/status"
 HEALTH = "/healthz"
+METRICS = "/metrics"
 #: ArchiveBox's API paths that answer here (``api/archivebox.py``)
 ARCHIVEBOX_API_ROOT = "/api"
 ARCHIVEBOX_CHECK_TOKEN = f"{API}/auth/check_api_token"

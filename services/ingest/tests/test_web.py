@@ -567,3 +567,40 @@ def test_list_view_is_remembered_per_user(archive):
     with client(archive) as other:  # another browser, the same person
         log_in(other)
         assert 'class="snap-grid"' in other.get("/").text
+
+
+def test_metrics_parse_and_move_with_the_archive_and_requests(archive):
+    """``/metrics`` parses with prometheus_client's parser; the stack's gauges match the database
+    and the HTTP counter of a route moves with requests to it; a token is needed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    token = create_token(archive["db"], "prometheus", scope="read")
+    auth = {"Authorization": f"Bearer {token}"}
+
+    def scrape(c) -> dict[tuple[str, tuple], float]:
+        response = c.get("/metrics", headers=auth)
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+        }
+
+    def requests_to_status(samples) -> float:
+        return sum(
+            v
+            for (name, labels), v in samples.items()
+            if name == "litestar_requests_total" and ("path", "/api/v1/status") in labels
+        )
+
+    with client(archive) as c:
+        assert c.get("/metrics").status_code == 401
+        first = scrape(c)
+        assert first[("boxcar_snapshots", (("status", "sealed"),))] == 1
+        assert first[("boxcar_snapshots", (("status", "started"),))] == 1
+        assert first[("boxcar_service_up", (("service", "ingest"),))] == 1
+        assert any(name == "process_resident_memory_bytes" for name, _ in first)
+        for _ in range(3):
+            c.get("/api/v1/status", headers=auth)
+        second = scrape(c)
+        assert requests_to_status(second) - requests_to_status(first) == 3

@@ -1,0 +1,78 @@
+"""``GET /metrics``: Prometheus metrics of the stack, in the conventions of prometheus_client's
+docs (base units, ``_total`` counters, ``_seconds``, bounded label sets).
+
+- HTTP requests of ingest by route template, method and status, and their durations: Litestar's
+  Prometheus middleware (``litestar_requests_total``, ``litestar_request_duration_seconds``, …).
+- This process's memory and CPU: prometheus_client's process collector (``process_*``).
+- The stack, read when scraped (``StackStatus``, the same numbers as ``boxcar status``): crawls
+  and snapshots by status, archive bytes, free disk, per executor family the tasks waiting and in
+  hand and the idle executors (from JetStream's consumer info), which services answer, and
+  ArchiveResults by plugin and status.
+
+It needs a read token (``Authorization: Bearer``, as Prometheus's ``authorization`` scrape
+setting sends) unless ``PUBLIC_READS=true``.
+"""
+
+from __future__ import annotations
+
+from litestar import Response, get
+from litestar.datastructures import State
+from litestar.plugins.prometheus import PrometheusConfig
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Gauge, generate_latest
+from sqlalchemy import func, select
+
+from boxcar.ingest import routes
+from boxcar.ingest.api.auth import require_read_access
+from boxcar.ingest.status import stack_status
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import ArchiveResult
+
+#: HTTP metrics of ingest, by route template (``group_path``: bounded labels, no ids)
+HTTP = PrometheusConfig(app_name="boxcar-ingest", prefix="litestar", group_path=True, exclude=[routes.METRICS])
+
+#: the stack's gauges live in a registry of their own, filled at each scrape
+STACK = CollectorRegistry(auto_describe=True)
+CRAWLS = Gauge("boxcar_crawls", "Crawls by status", ["status"], registry=STACK)
+SNAPSHOTS = Gauge("boxcar_snapshots", "Snapshots by status", ["status"], registry=STACK)
+ARCHIVE_BYTES = Gauge("boxcar_archive_bytes", "Bytes the archive's snapshots hold", registry=STACK)
+DISK_FREE = Gauge("boxcar_disk_free_bytes", "Free bytes on the file system of DATA_DIR", registry=STACK)
+PENDING = Gauge("boxcar_tasks_pending", "Hook tasks waiting for an executor", ["family"], registry=STACK)
+IN_PROGRESS = Gauge("boxcar_tasks_in_progress", "Hook tasks an executor holds", ["family"], registry=STACK)
+WAITING = Gauge("boxcar_executors_idle", "Idle executors' pull requests", ["family"], registry=STACK)
+UP = Gauge("boxcar_service_up", "Whether a service answers (1) or not (0)", ["service"], registry=STACK)
+RESULTS = Gauge("boxcar_archive_results", "ArchiveResults by plugin and status", ["plugin", "status"], registry=STACK)
+
+
+def _results(db: Database) -> list[tuple[str, str, int]]:
+    with db.read() as s:
+        rows = s.execute(
+            select(ArchiveResult.plugin, ArchiveResult.status, func.count()).group_by(
+                ArchiveResult.plugin, ArchiveResult.status
+            )
+        ).all()
+    return [(str(p), str(st), int(n)) for p, st, n in rows]
+
+
+@get(routes.METRICS, guards=[require_read_access], include_in_schema=False)
+async def metrics(state: State) -> Response[bytes]:
+    """The text exposition of every metric (module docstring)."""
+    import anyio.to_thread
+
+    status = await stack_status(state.db, state.settings, state.families, getattr(state, "nats", None))
+    for name, n in status.crawls.items():
+        CRAWLS.labels(name).set(n)
+    for name, n in status.snapshots.items():
+        SNAPSHOTS.labels(name).set(n)
+    ARCHIVE_BYTES.set(status.archive_bytes)
+    DISK_FREE.set(status.disk_free_bytes)
+    for family, f in status.families.items():
+        PENDING.labels(family).set(f.pending)
+        IN_PROGRESS.labels(family).set(f.in_progress)
+        WAITING.labels(family).set(f.executors_waiting)
+    for service, alive in status.services.items():
+        UP.labels(service).set(1 if alive else 0)
+    RESULTS.clear()
+    for plugin, result_status, n in await anyio.to_thread.run_sync(_results, state.db):
+        RESULTS.labels(plugin, result_status).set(n)
+    body = generate_latest(REGISTRY) + generate_latest(STACK)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
