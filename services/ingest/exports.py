@@ -30,8 +30,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from boxcar.ingest.library import SnapshotLibrary
-from boxcar.shared import quirks
+from boxcar.ingest.library import SnapshotLibrary, readable_text
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Tag
 from boxcar.shared.messages import ResultStatus
@@ -49,8 +48,6 @@ FORMATS: dict[str, tuple[str, str]] = {
 #: the most snapshots one export takes (a feed: the newest ``FEED_SIZE``)
 MAX_EXPORT = 100_000
 FEED_SIZE = 50
-#: readable text per page in ``pages.jsonl`` (as the search index keeps)
-TEXT_LIMIT = 100_000
 CSV_FIELDS = ("timestamp", "url", "title", "tags", "bookmarked_at", "created_at", "downloaded_at", "status", "id")
 
 
@@ -186,10 +183,9 @@ def feed(rows: Iterable[dict], kind: str, *, title: str, base_url: str, self_url
 
 def _warcs_and_pages(db: Database, data_dir: Path, ids: list[str]) -> tuple[list[Path], list[dict]]:
     """The WARC files of the snapshots and one ``pages.jsonl`` record per snapshot that has one
-    (url, ts, title, and the readable text of the first text source that succeeded)."""
+    (url, ts, title, and its readable text: ``library.readable_text``)."""
     warcs: list[Path] = []
     pages: list[dict] = []
-    text_plugins = quirks.text_sources()
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
         with db.read() as s:
@@ -219,17 +215,7 @@ def _warcs_and_pages(db: Database, data_dir: Path, ids: list[str]) -> tuple[list
             if not own:
                 continue
             warcs += own
-            text = ""
-            for plugin in text_plugins:
-                result = next((r for r in by_snapshot.get(sid, []) if r.plugin == plugin), None)
-                name = (
-                    next((rel for rel in (result.output_files or {}) if rel.endswith((".txt", ".md"))), None)
-                    if result
-                    else None
-                )
-                if name and (base / plugin / name).is_file():
-                    text = (base / plugin / name).read_text(errors="replace")[:TEXT_LIMIT]
-                    break
+            text = readable_text(base, by_snapshot.get(sid, []))
             when = snap.downloaded_at or snap.created_at
             pages.append(
                 {

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +42,7 @@ from boxcar.shared.db.models import (
     url_hash,
 )
 from boxcar.shared.messages import ResultStatus, Seed, clean_tags, clean_text
-from boxcar.shared.quirks import hook_label
+from boxcar.shared.quirks import hook_label, text_sources
 from boxcar.shared.urls import InvalidURL, url_domain
 
 PAGE_SIZE = 50
@@ -168,6 +169,36 @@ class SnapshotDetail:
     results: list[ResultDetail]
     #: name → path inside the snapshot dir, of the outputs that exist (screenshot, pdf, dom, …)
     links: dict[str, str]
+
+
+@dataclass
+class TextChanges:
+    """What changed in a page's readable text since the previous snapshot of its URL: a unified
+    diff (``lines``, cut at ``DIFF_LINES``), with counts of added and removed lines."""
+
+    previous_id: str
+    previous_at: datetime
+    added: int
+    removed: int
+    lines: list[str]
+    truncated: bool = False
+
+
+#: readable text read per snapshot, and diff lines shown
+TEXT_LIMIT = 100_000
+DIFF_LINES = 400
+
+
+def readable_text(snapshot_dir: Path, results: Iterable[ArchiveResult]) -> str:
+    """A snapshot's readable text: the first succeeded text source (``quirks.text_sources``: the
+    search index's order) whose ``.txt``/``.md`` output exists, cut at ``TEXT_LIMIT``; "" when none."""
+    ok = {r.plugin: r for r in results if r.status == ResultStatus.SUCCEEDED}
+    for plugin in text_sources():
+        result = ok.get(plugin)
+        names = [rel for rel in (result.output_files or {}) if rel.endswith((".txt", ".md"))] if result else []
+        if names and (snapshot_dir / plugin / names[0]).is_file():
+            return (snapshot_dir / plugin / names[0]).read_text(errors="replace")[:TEXT_LIMIT]
+    return ""
 
 
 def encode_cursor(row: SnapshotRow) -> str:
@@ -376,6 +407,45 @@ class SnapshotLibrary:
                 )
             )
         return names
+
+    def changes(self, snapshot_id: str) -> TextChanges | None:
+        """The readable-text diff against the newest earlier snapshot of the same URL that has a
+        text; None when there is none (or either text is empty)."""
+        import difflib
+
+        with self.db.read() as s:
+            snap = s.get(Snapshot, snapshot_id)
+            if snap is None:
+                return None
+            earlier = list(
+                s.scalars(
+                    select(Snapshot)
+                    .where(
+                        Snapshot.url_hash == snap.url_hash,
+                        Snapshot.id != snap.id,
+                        Snapshot.created_at <= snap.created_at,
+                    )
+                    .order_by(Snapshot.created_at.desc())
+                    .limit(5)
+                )
+            )
+            ids = [snap.id, *(x.id for x in earlier)]
+            results: dict[str, list[ArchiveResult]] = defaultdict(list)
+            for r in s.scalars(select(ArchiveResult).where(ArchiveResult.snapshot_id.in_(ids))):
+                results[r.snapshot_id].append(r)
+        now_text = readable_text(self.data_dir / snap.output_dir, results[snap.id])
+        before = next(
+            ((x, t) for x in earlier if (t := readable_text(self.data_dir / x.output_dir, results[x.id]))), None
+        )
+        if not now_text or before is None:
+            return None
+        previous, old_text = before
+        diff = list(difflib.unified_diff(old_text.splitlines(), now_text.splitlines(), lineterm="", n=1))[2:]
+        added = sum(1 for line in diff if line.startswith("+"))
+        removed = sum(1 for line in diff if line.startswith("-"))
+        return TextChanges(
+            previous.id, previous.created_at, added, removed, diff[:DIFF_LINES], truncated=len(diff) > DIFF_LINES
+        )
 
     def trace_id(self, crawl_id: str) -> str:
         """The crawl's trace id (from ``Crawl.trace_context``); "" for no such crawl or none."""

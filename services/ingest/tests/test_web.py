@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -604,3 +605,51 @@ def test_metrics_parse_and_move_with_the_archive_and_requests(archive):
             c.get("/api/v1/status", headers=auth)
         second = scrape(c)
         assert requests_to_status(second) - requests_to_status(first) == 3
+
+
+def test_a_later_snapshot_shows_what_changed_in_the_text(archive):
+    """A second snapshot of the same URL: its page's "what changed" section diffs the readable
+    texts (lines added and removed, the earlier snapshot linked); the first has nothing to compare."""
+    db, sealed = archive["db"], archive["sealed"]
+    later = new_hex("later")
+    with db.write() as s:
+        first = s.get(Snapshot, sealed)
+        again = Crawl.new(user="system", first_url=first.url, seed_count=1, now=utcnow())  # archived again
+        s.add(again)
+        s.flush()
+        s.add(
+            Snapshot(
+                id=later,
+                crawl_id=again.id,
+                url=first.url,
+                url_hash=first.url_hash,
+                status=Status.SEALED,
+                title="Page 1 again",
+                domain="site.test",
+                created_at=first.created_at + timedelta(days=1),
+                output_dir=snapshot_dir("system", utcnow(), first.url, later),
+            )
+        )
+        s.flush()  # the snapshot's row before its result's (the foreign key)
+        s.add(
+            ArchiveResult(
+                id=new_hex("later-text"),
+                snapshot_id=later,
+                plugin="htmltotext",
+                hook_name="on_Snapshot__htmltotext",
+                status="succeeded",
+                output_files={"htmltotext.txt": {"size": 10}},
+            )
+        )
+        output_dir = s.get(Snapshot, later).output_dir
+    (archive["data_dir"] / output_dir / "htmltotext").mkdir(parents=True)
+    (archive["data_dir"] / output_dir / "htmltotext" / "htmltotext.txt").write_text(
+        "The quick brown fox jumps over the lazy dog\nA new paragraph appeared"
+    )
+    with client(archive) as c:
+        log_in(c)
+        assert 'id="changes"' in c.get(f"/snapshots/{later}").text
+        diff = c.get(f"/snapshots/{later}/changes").text
+        assert '+1</strong> / <strong class="diff-removed">−0' in diff and "A new paragraph appeared" in diff
+        assert f'href="/snapshots/{sealed}"' in diff
+        assert "No earlier snapshot" in c.get(f"/snapshots/{sealed}/changes").text

@@ -189,6 +189,15 @@ class SnapshotPages(Controller):
             replay_url = f"/snapshots/{snapshot_id}/replay"
         return await render(request, "snapshot.html", snap=detail.snapshot, detail=detail, replay_url=replay_url)
 
+    @get(f"/snapshots/{ID}/changes", guards=[require_viewer])
+    async def changes(
+        self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
+    ) -> Template:
+        """What changed in the readable text since the previous snapshot of this URL (htmx, when
+        the section is opened)."""
+        found = await anyio.to_thread.run_sync(library.changes, snapshot_id[:32])
+        return await render(request, "_changes.html", changes=found)
+
     @get(f"/snapshots/{ID}/replay", guards=[require_viewer])
     async def replay_page(
         self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
