@@ -367,6 +367,59 @@ def test_add_shows_defaults_by_family_and_previews_a_list(page, site):
     shot(page, "add-preview")
 
 
+def test_the_same_flows_work_on_a_phone(browser, stack, site):
+    """At 390×844 in a fresh context: log in, add a page, watch its crawl seal without a reload,
+    find it by a phrase, open it with its screenshot, delete it — no page wider than the screen."""
+    context = browser.new_context(base_url=stack.api_url, viewport=VIEWPORTS["phone"], is_mobile=True, has_touch=True)
+    phone = context.new_page()
+    phone.set_default_timeout(30_000)
+
+    def fits() -> None:
+        width = phone.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"{phone.url}: {width[0]} px wide in {width[1]}"
+
+    try:
+        phone.goto("/")
+        phone.fill("input[name=username]", "alice")
+        phone.fill("input[name=password]", PASSWORD)
+        phone.click("button[type=submit]")
+        phone.wait_for_url(re.compile(r"/$"))
+        fits()
+        phone.goto("/add")
+        fits()
+        url = f"{site}/article.html?from=phone"
+        phone.fill("textarea[name=urls]", url)
+        phone.click("#submit")
+        phone.wait_for_url(re.compile(r"/crawls/[0-9a-f]{32}$"))
+        phone.evaluate("window.__sameDocument = true")
+        phone.wait_for_function(
+            "document.querySelector('#crawl-status')?.textContent.trim() === 'sealed'"
+            " && !document.querySelector('#progress[hx-trigger]')",
+            timeout=300_000,
+        )
+        assert phone.evaluate("window.__sameDocument") is True
+        fits()
+        shot(phone, "phone-crawl-sealed")
+        phone.goto("/?q=" + "+".join(PHRASE.split()))
+        fits()
+        row = phone.locator("tr.snapshot-row", has_text="from=phone")
+        assert row.count() == 1 and row.locator(".snippet mark").count() >= 1
+        shot(phone, "phone-search")
+        row.locator("a.title").click()
+        phone.wait_for_url(re.compile(r"/snapshots/[0-9a-f]{32}$"))
+        phone.wait_for_function("document.querySelector('#screenshot')?.complete")
+        assert phone.evaluate("document.querySelector('#screenshot').naturalWidth") > 0
+        fits()
+        shot(phone, "phone-snapshot")
+        snapshot_url = phone.url
+        phone.once("dialog", lambda dialog: dialog.accept())
+        phone.click("#delete")
+        phone.wait_for_url(re.compile(r"/\?deleted=1$"))
+        assert phone.goto(snapshot_url).status == 404
+    finally:
+        context.close()
+
+
 def test_delete_a_snapshot_and_it_is_gone_from_list_and_search(page, state):
     page.goto(f"/snapshots/{state['article']}")
     page.once("dialog", lambda dialog: dialog.accept())
