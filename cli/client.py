@@ -118,6 +118,18 @@ class BoxcarClient:
     def control_feed(self, feed_id: str, action: str) -> dict[str, Any]:
         return self._call("POST", f"/api/v1/feeds/{feed_id}/{action}")
 
+    def schedules(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/v1/schedules")
+
+    def create_schedule(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/api/v1/schedules", json=payload)
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self._call("DELETE", f"/api/v1/schedules/{schedule_id}")
+
+    def control_schedule(self, schedule_id: str, action: str) -> dict[str, Any]:
+        return self._call("POST", f"/api/v1/schedules/{schedule_id}/{action}")
+
     def wait(
         self,
         crawl_id: str,

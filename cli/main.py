@@ -42,6 +42,9 @@ from boxcar.cli.commands import (
     remove as remove_command,
 )
 from boxcar.cli.commands import (
+    schedule as schedule_command,
+)
+from boxcar.cli.commands import (
     search as search_command,
 )
 from boxcar.cli.commands import (
@@ -82,6 +85,7 @@ cli.add_command(remove_command.remove_cmd)
 cli.add_command(reindex_command.reindex_cmd)
 cli.add_command(export_command.export_cmd)
 cli.add_command(trace_command.trace_cmd)
+cli.add_command(schedule_command.schedule)
 
 
 if __name__ == "__main__":

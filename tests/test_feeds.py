@@ -148,3 +148,64 @@ def test_feed_endpoints_validate_and_need_a_token(pg_url, nats_url, make_stack):
     assert bad.status_code == 422 and "unsupported scheme" in bad.text
     anonymous = httpx.post(f"{stack.api_url}/api/v1/feeds", json={"url": "https://example.com/feed"})
     assert anonymous.status_code == 401
+
+
+def test_a_url_schedule_archives_again_and_the_snapshot_shows_what_changed(sqlite_url, nats_url, make_stack):
+    """``every: minute``: the first run at once, the next at the minute; each run a new snapshot
+    (ONLY_NEW off for schedules), and the later snapshot's text diff names the changed line.
+    Listed with its runs, paused and removed through the API the CLI calls."""
+    visits = {"n": 0}
+
+    class Changing(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            visits["n"] += 1
+            body = (
+                "<html><head><title>Prices</title></head><body><h1>Prices today</h1>"
+                f"<p>Visit number {visits['n']} of the price page.</p><p>Bread is cheap.</p></body></html>"
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Changing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/prices"
+    try:
+        stack = make_stack(sqlite_url, nats_url, env={"PLUGINS": "wget,htmltotext"})
+        client = api(stack)
+        made = client.post("/api/v1/schedules", json={"urls": [url], "every": "minute", "tags": ["watch"]})
+        assert made.status_code == 201, made.text
+        schedule_id = made.json()["id"]
+        assert client.post("/api/v1/schedules", json={"urls": ["not a url"]}).status_code == 422
+        db = Database(sqlite_url)
+
+        def two_sealed_runs():
+            with db.read() as s:
+                crawls = list(s.scalars(select(Crawl).where(Crawl.schedule_id == schedule_id)))
+            return crawls if len(crawls) >= 2 and all(c.status == "sealed" for c in crawls[:2]) else None
+
+        crawls = wait_until(two_sealed_runs, 200, "two runs of the schedule to seal")
+        for crawl in crawls[:2]:
+            wait_sealed(stack, crawl.id, timeout=120)
+        with db.read() as s:
+            snaps = list(s.scalars(select(Snapshot).where(Snapshot.url == url).order_by(Snapshot.created_at)))
+        assert len(snaps) >= 2  # archived again although ONLY_NEW is on for ordinary crawls
+        from boxcar.ingest.library import SnapshotLibrary
+
+        changes = SnapshotLibrary(db, stack.data_dir).changes(snaps[1].id)
+        assert changes is not None and changes.previous_id == snaps[0].id
+        assert changes.added >= 1 and changes.removed >= 1 and any("Visit number" in line for line in changes.lines)
+
+        [listed] = client.get("/api/v1/schedules").json()
+        assert listed["urls"] == [url] and listed["runs"] >= 2 and listed["every"] == "minute"
+        assert client.post(f"/api/v1/schedules/{schedule_id}/pause").status_code == 202
+        wait_until(lambda: client.get("/api/v1/schedules").json()[0]["status"] == "paused", 30, "the schedule to pause")
+        assert client.delete(f"/api/v1/schedules/{schedule_id}").status_code == 204
+        assert client.get("/api/v1/schedules").json() == []
+    finally:
+        server.shutdown()

@@ -191,7 +191,13 @@ class FeedPoller:
                 break
             with self.db.write() as s:
                 schedule = q.claim_schedule(s, schedule_id, status, seen, now, timedelta(seconds=FEED_LEASE_SECONDS))
-            if schedule is None or not schedule.feed_url:
+            if schedule is None:
+                continue
+            if not schedule.feed_url:  # a URL schedule: one crawl of its URLs, made here at once
+                crawl_id = await asyncio.to_thread(self._run_url_schedule, schedule, schedule.retry_at)
+                if crawl_id:
+                    log.info("schedule %s ran → crawl %s", schedule.id, crawl_id)
+                    self.runner._wake.set()
                 continue
             await self._slots.acquire()
             task = asyncio.create_task(self._poll(schedule))
@@ -289,6 +295,62 @@ class FeedPoller:
                 s.rollback()  # paused, deleted or taken over while we fetched: its next poll redoes this
                 return None
         return (crawl.id, crawl.seed_count) if crawl else None
+
+    def _run_url_schedule(self, schedule: CrawlSchedule, lease_until: datetime | None) -> str | None:
+        """One run of a URL schedule (``UrlScheduleService``): a crawl of its URLs with
+        ``ONLY_NEW`` off (every run new snapshots), and the next run time; returns the crawl id, or
+        None when the schedule was paused or removed meanwhile, or its settings no longer hold (the
+        schedule then shows why and tries again later)."""
+        now = utcnow()
+        template = schedule.template or {}
+        with tracer.start_as_current_span("schedule.run") as span:
+            span.set_attribute("boxcar.schedule_id", schedule.id)
+            try:
+                config = CrawlConfig.build(
+                    self.settings, self.runner.catalog, {**(template.get("config") or {}), "ONLY_NEW": False}
+                )
+            except ValueError as exc:
+                self._record_failure(schedule, lease_until, str(exc))
+                return None
+            tags = tuple(template.get("tags") or [])
+            seeds = [
+                Seed(url=u["url"], tags=tags, source=f"schedule {schedule.id}", credentials=u.get("credentials", ""))
+                for u in template.get("urls") or []
+            ]
+            admission = admit(seeds, config.url_filter())
+            with self.db.write() as s:
+                crawl = None
+                if admission.seeds:
+                    crawl = Crawl.new(
+                        user=schedule.created_by,
+                        first_url=admission.seeds[0].url,
+                        seed_count=len(admission.seeds),
+                        now=now,
+                        max_depth=int(template.get("max_depth") or 0),
+                        tags_str=",".join(tags),
+                        plugins=list(template.get("plugins") or self.settings.plugins),
+                        config=config.values,
+                        label=f"schedule: {schedule.label or admission.seeds[0].url}"[:256],
+                        schedule_id=schedule.id,
+                        trace_context=telemetry.current_carrier(),
+                    )
+                    s.add(crawl)
+                    s.flush()
+                    insert_seeds(s, crawl.id, admission.seeds)
+                rejected = "; ".join(f"{r.value}: {r.reason}" for r in admission.rejected)[:2000]
+                if not q.finish_schedule_poll(
+                    s,
+                    schedule,
+                    lease_until,
+                    now,
+                    next_run(schedule.schedule, now),
+                    failures=0,
+                    last_error=rejected,
+                    **({"last_run_at": now} if crawl else {}),
+                ):
+                    s.rollback()  # paused or removed meanwhile: no run
+                    return None
+            return crawl.id if crawl else None
 
     def _record_failure(self, schedule: CrawlSchedule, lease_until: datetime, reason: str) -> None:
         now = utcnow()

@@ -38,7 +38,8 @@ from boxcar.ingest.api.controllers import (
 from boxcar.ingest.api.exports import ExportController
 from boxcar.ingest.api.imports import ImportController
 from boxcar.ingest.api.openapi import READS, SECURITY, components, document
-from boxcar.ingest.feeds import FeedService
+from boxcar.ingest.api.schedules import ScheduleController
+from boxcar.ingest.feeds import FeedService, UrlScheduleService
 from boxcar.ingest.library import SnapshotLibrary
 from boxcar.ingest.metrics import HTTP as HTTP_METRICS
 from boxcar.ingest.metrics import metrics
@@ -129,6 +130,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     families = load_families()
     service = CrawlService(db, settings, get_catalog(), families)
     feeds = FeedService(service)
+    url_schedules = UrlScheduleService(service)
     signals = Signals()
     library = SnapshotLibrary(db, settings.data_dir)
     archive_files = ArchiveFiles(db, settings)
@@ -172,6 +174,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             ImportController,
             FeedController,
             ArchiveBoxController,
+            ScheduleController,
             ExportController,
             health,
             status,
@@ -206,6 +209,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
         dependencies={
             "crawl_service": Provide(lambda: service, sync_to_thread=False),
             "feed_service": Provide(lambda: feeds, sync_to_thread=False),
+            "schedule_service": Provide(lambda: url_schedules, sync_to_thread=False),
             "signals": Provide(lambda: signals, sync_to_thread=False),
             "library": Provide(lambda: library, sync_to_thread=False),
             "archive_files": Provide(lambda: archive_files, sync_to_thread=False),

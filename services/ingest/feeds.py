@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from boxcar.ingest.api.schemas import FeedCreate, FeedOut, FeedUpdate
+from boxcar.ingest.api.schemas import FeedCreate, FeedOut, FeedUpdate, ScheduleCreate, ScheduleOut
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db.models import QUEUED, Crawl, CrawlSchedule, FeedItem
@@ -142,4 +142,102 @@ class FeedService:
             created_at=schedule.created_at,
             items_rejected=schedule.items_rejected,
             last_rejection=schedule.last_rejection,
+        )
+
+
+class UrlScheduleService:
+    """Scheduled re-archiving of URLs (ArchiveBox's ``archivebox schedule``): CrawlSchedule rows
+    without a ``feed_url`` whose template holds the URLs. Each run is a new crawl of them with
+    ``ONLY_NEW`` off, so every run makes new snapshots (the snapshot page then shows what changed).
+    The crawl-runner runs them as it polls feeds; pause, resume and "run now" are the same control
+    requests."""
+
+    def __init__(self, crawls: CrawlService) -> None:
+        self.crawls = crawls
+        self.db = crawls.db
+
+    def create(self, body: ScheduleCreate) -> ScheduleOut:
+        """Store a schedule, due for its first run now.
+
+        Raises:
+            InputError: a bad URL (named by its index), schedule, plugins or config.
+        """
+        from boxcar.shared import secrets
+
+        seeds = []
+        for i, url in enumerate(body.urls):
+            try:
+                seed = Seed.parse(url, source=f"urls[{i}]", seal=secrets.seal)
+            except InvalidURL as exc:
+                raise InputError(f"urls[{i}]", f"{exc.reason}: {url[:300]}") from None
+            seeds.append({"url": seed.url, "credentials": seed.credentials})
+        self.crawls.crawl_config(body.config)
+        try:
+            every = validate_schedule(body.every)
+        except InputError as exc:
+            raise InputError("every", str(exc).split(": ", 1)[1]) from None
+        template = {
+            "urls": seeds,
+            "tags": clean_tags(body.tags),
+            "max_depth": body.max_depth,
+            "plugins": self.crawls.validate_plugins(body.plugins) if body.plugins else [],
+            "config": dict(body.config),
+        }
+        now = utcnow()
+        schedule = CrawlSchedule(
+            id=new_id(),
+            created_at=now,
+            modified_at=now,
+            created_by=self.crawls.settings.archive_user,
+            schedule=every,
+            label=clean_text(body.label)[:256],
+            is_enabled=True,
+            status=QUEUED,
+            retry_at=now,
+            template=template,
+            feed_url=None,
+        )
+        with self.db.write() as s:
+            s.add(schedule)
+        out = self.get(schedule.id)
+        assert out is not None
+        return out
+
+    def get(self, schedule_id: str) -> ScheduleOut | None:
+        with self.db.read() as s:
+            schedule = s.get(CrawlSchedule, schedule_id)
+            return self._out(s, schedule) if schedule and not schedule.feed_url else None
+
+    def list(self) -> list[ScheduleOut]:
+        with self.db.read() as s:
+            rows = s.scalars(
+                select(CrawlSchedule).where(CrawlSchedule.feed_url.is_(None)).order_by(CrawlSchedule.created_at)
+            )
+            return [self._out(s, r) for r in rows]
+
+    def delete(self, schedule_id: str) -> bool:
+        """Remove a schedule (its crawls and snapshots stay)."""
+        with self.db.write() as s:
+            schedule = s.get(CrawlSchedule, schedule_id)
+            if schedule is None or schedule.feed_url:
+                return False
+            s.delete(schedule)
+        return True
+
+    @staticmethod
+    def _out(s, schedule: CrawlSchedule) -> ScheduleOut:
+        template = schedule.template or {}
+        crawls = s.scalar(select(func.count()).select_from(Crawl).where(Crawl.schedule_id == schedule.id))
+        return ScheduleOut(
+            id=schedule.id,
+            urls=[u["url"] for u in template.get("urls") or []],
+            every=schedule.schedule,
+            label=schedule.label,
+            tags=list(template.get("tags") or []),
+            max_depth=int(template.get("max_depth") or 0),
+            status=schedule.status,
+            next_run_at=schedule.retry_at if schedule.status == QUEUED else None,
+            last_run_at=schedule.last_run_at,
+            last_error=schedule.last_error,
+            runs=crawls or 0,
         )

@@ -32,7 +32,7 @@ from litestar.status_codes import (
 )
 
 from boxcar.ingest.api.auth import API_KEY_HEADER
-from boxcar.ingest.api.schemas import DEPTH_DESCRIPTION, CrawlCreate, FeedCreate, FeedUpdate, SeedIn
+from boxcar.ingest.api.schemas import DEPTH_DESCRIPTION, CrawlCreate, FeedCreate, FeedUpdate, ScheduleCreate, SeedIn
 from boxcar.shared.crawlconfig import MAX_DEPTH
 
 if TYPE_CHECKING:
@@ -92,12 +92,14 @@ def components() -> Components:
 def document(app: Litestar) -> None:
     """Complete the app's generated document (see the module docstring); call once, at start."""
     schemas = app.openapi_schema.components.schemas
-    for struct in (SeedIn, CrawlCreate, FeedCreate, FeedUpdate):
+    for struct in (SeedIn, CrawlCreate, FeedCreate, FeedUpdate, ScheduleCreate):
         if struct.__struct_config__.forbid_unknown_fields and struct.__name__ in schemas:
             schemas[struct.__name__].additional_properties = False
     url = Schema(type=OpenAPIType.STRING, pattern=ABSOLUTE_URL, description="An absolute http(s) URL")
     schemas["SeedIn"].properties["url"] = url
     schemas["FeedCreate"].properties["url"] = url
+    if "ScheduleCreate" in schemas:
+        schemas["ScheduleCreate"].properties["urls"].items = url
     # Litestar drops ``minimum: 0`` of an optional integer (falsy): the body refuses -1
     schemas["FeedUpdate"].properties["max_depth"] = Schema(
         one_of=[Schema(type=OpenAPIType.INTEGER, minimum=0, maximum=MAX_DEPTH), Schema(type=OpenAPIType.NULL)],

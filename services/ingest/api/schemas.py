@@ -140,6 +140,32 @@ class FeedCreate(msgspec.Struct, forbid_unknown_fields=True):
     config: dict[str, Any] = {}  # per-crawl settings of the crawls its polls make (as CrawlCreate.config)
 
 
+class ScheduleCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /api/v1/schedules``: archive these URLs again on a schedule (each run new snapshots)."""
+
+    urls: Annotated[list[str], msgspec.Meta(min_length=1, max_length=1000)]
+    every: str = "daily"  # minute, hourly, daily, weekly, monthly, yearly, or a cron expression
+    tags: list[str] = []
+    max_depth: MaxDepth = 0
+    plugins: list[str] = []
+    label: str = ""
+    config: dict[str, Any] = {}
+
+
+class ScheduleOut(msgspec.Struct):
+    id: str
+    urls: list[str]
+    every: str
+    label: str
+    tags: list[str]
+    max_depth: int
+    status: str  # queued (active) or paused; started while a run is being made
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_error: str
+    runs: int  # crawls made so far
+
+
 class FeedUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """``PATCH /api/v1/feeds/{id}``: change what a subscription archives and how often."""
 
