@@ -103,7 +103,7 @@ def ui_stack(
             prepare(settings)
         db = Database(settings.sqlalchemy_url)
         db.upgrade()
-        create_user(db, *user)
+        create_user(db, *user, role="admin")
         db.dispose()
         stack = EmbeddedStack(settings)
         stack.start(timeout=120)

@@ -60,7 +60,7 @@ def started_crawl(runner: Decisions, crawl_id: str) -> list:
 def test_api_path(calls, runner):
     service = CrawlService(runner.db, runner.settings, get_catalog(), load_families())
     body = CrawlCreate(urls=[f"HTTPS://Example.com/{i}" for i in range(N)], plugins=["wget"])
-    crawl, _ = service.create_crawl(body)
+    crawl, _ = service.create_crawl(body, owner="system")
     assert sum(calls.values()) == N
     started_crawl(runner, crawl.id)
     assert sum(calls.values()) == N and set(calls.values()) == {1}
@@ -70,7 +70,7 @@ def test_import_path(calls, runner):
     service = CrawlService(runner.db, runner.settings, get_catalog(), load_families())
     data = "\n".join(f"https://example.com/{i}" for i in range(N)).encode()
     outcome = service.create_import(
-        [(data, "urls.txt")], format=None, tags=[], max_depth=0, plugins=["wget"], only_new=None
+        [(data, "urls.txt")], format=None, tags=[], max_depth=0, plugins=["wget"], only_new=None, owner="system"
     )
     started_crawl(runner, outcome.crawl.id)
     assert sum(calls.values()) == N and set(calls.values()) == {1}
@@ -92,7 +92,9 @@ def test_discovered_link_path(calls, runner, tmp_path):
     found = proc.discovered()
     assert sum(calls.values()) == N
     service = CrawlService(runner.db, runner.settings, get_catalog(), load_families())
-    crawl, _ = service.create_crawl(CrawlCreate(urls=["https://example.com/"], plugins=["wget"], max_depth=1))
+    crawl, _ = service.create_crawl(
+        CrawlCreate(urls=["https://example.com/"], plugins=["wget"], max_depth=1), owner="system"
+    )
     calls.clear()
     [task] = started_crawl(runner, crawl.id)
     runner.record_completion(TaskCompleted.of(task), found)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from boxcar.ingest.access import operator
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl, Snapshot
 from tests.helpers import api, wait_sealed, wait_until
@@ -197,7 +198,7 @@ def test_a_url_schedule_archives_again_and_the_snapshot_shows_what_changed(sqlit
         assert len(snaps) >= 2  # archived again although ONLY_NEW is on for ordinary crawls
         from boxcar.ingest.library import SnapshotLibrary
 
-        changes = SnapshotLibrary(db, stack.data_dir).changes(snaps[1].id)
+        changes = SnapshotLibrary(db, stack.data_dir).changes(snaps[1].id, viewer=operator("system"))
         assert changes is not None and changes.previous_id == snaps[0].id
         assert changes.added >= 1 and changes.removed >= 1 and any("Visit number" in line for line in changes.lines)
 

@@ -110,7 +110,7 @@ def test_boxcar_trace_prints_a_crawl_s_waterfall_from_the_kept_spans(tmp_path, n
     from boxcar.shared.settings import Settings
 
     db = Database(f"sqlite:///{tmp_path / 'index.sqlite3'}")
-    create_user(db, "alice", "a long enough password")
+    create_user(db, "alice", "a long enough password", role="admin")
     with TestClient(create_app(Settings(data_dir=stack.data_dir, nats_url="nats://127.0.0.1:9"), db)) as c:
         token = re.search(r'name="_csrf_token" value="([^"]+)"', c.get("/login").text).group(1)
         c.post("/login", data={"username": "alice", "password": "a long enough password", "_csrf_token": token})

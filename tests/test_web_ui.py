@@ -275,6 +275,7 @@ def test_every_page_fits_a_phone_and_passes_axe(page, state, axe_source):
         "add": "/add",
         "feeds": "/feeds",
         "settings": "/settings",
+        "users": "/admin/users",
     }
     problems = []
     try:
@@ -450,7 +451,7 @@ def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     )
     db = Database(settings.sqlalchemy_url)
     db.upgrade()
-    create_user(db, "alice", PASSWORD)
+    create_user(db, "alice", PASSWORD, role="admin")
     now = utcnow()
     crawl = Crawl.new(user="system", first_url="http://h.test/", seed_count=1, now=now)
     out = snapshot_dir("system", now, "http://h.test/", "a" * 32)

@@ -33,6 +33,7 @@ def export_cmd(data_dir, format, snapshot_id, crawl_id, tag, q, output, base_url
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     from boxcar.ingest import exports
+    from boxcar.ingest.access import operator
     from boxcar.ingest.library import SnapshotLibrary
 
     settings = settings_for(data_dir)
@@ -42,7 +43,7 @@ def export_cmd(data_dir, format, snapshot_id, crawl_id, tag, q, output, base_url
     if crawl_id and not exports.crawl_exists(db, crawl_id):
         fail(f"no crawl {crawl_id} in {settings.data_dir}")
     limit = exports.FEED_SIZE if format in ("rss", "atom") else exports.MAX_EXPORT
-    ids = exports.selected_ids(db, library, chosen, limit)
+    ids = exports.selected_ids(db, library, chosen, operator(settings.archive_user), limit)
     if not ids and format not in ("rss", "atom"):
         fail(f"nothing to export: no snapshot matches ({chosen.describe()})")
     if format == "wacz":
@@ -63,7 +64,7 @@ def export_cmd(data_dir, format, snapshot_id, crawl_id, tag, q, output, base_url
                 fail(str(exc))
         err.print(f"{output}: {pages} page(s) from {len(ids)} snapshot(s)")
         return
-    rows = exports.records(db, library, ids)
+    rows = exports.records(library, ids, operator(settings.archive_user))
     if format in ("rss", "atom"):
         chunks = iter(
             [

@@ -25,26 +25,28 @@ if TYPE_CHECKING:
 @click.option("--yes", is_flag=True, help="Do not ask")
 def remove_cmd(data_dir, targets, yes) -> None:
     """Delete snapshots (by id, or every snapshot of a URL): their rows and their files."""
+    from boxcar.ingest.access import operator
     from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
 
     settings = settings_for(data_dir)
     library = SnapshotLibrary(open_database(settings), settings.data_dir)
+    me = operator(settings.archive_user)  # the operator's CLI: every user's snapshots
     ids: list[str] = []
     for target in targets:
-        found = library.find(target)
+        found = library.find(target, viewer=me)
         if not found:
             fail(f"no snapshot matches {target}", 2)
         ids += [i for i in found if i not in ids]
     if not yes:
         for sid in ids:
-            detail = library.detail(sid)
+            detail = library.detail(sid, viewer=me)
             err.print(f"  {sid}  {detail.snapshot.url if detail else ''}")
         if not click.confirm(f"delete {len(ids)} snapshot(s) and their files?", err=True):
             fail("nothing deleted", 1)
     busy = 0
     for sid in ids:
         try:
-            library.delete(sid)
+            library.delete(sid, viewer=me)
         except SnapshotBusy as exc:
             busy += 1
             err.print(f"[yellow]{exc}[/]")

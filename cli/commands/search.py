@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per match")
 def search_cmd(data_dir, query, tag, limit, as_json) -> None:
     """Full-text search of titles, URLs, tags and page text: words, "a phrase", -excluded, a or b."""
+    from boxcar.ingest.access import operator
     from boxcar.ingest.library import SnapshotLibrary
     from boxcar.shared.search import SearchHit
 
     settings = settings_for(data_dir)
-    rows = SnapshotLibrary(open_database(settings), settings.data_dir).search(" ".join(query), tag, limit)
+    library = SnapshotLibrary(open_database(settings), settings.data_dir)
+    rows = library.search(" ".join(query), tag, limit, viewer=operator(settings.archive_user))
     for row in rows:
         snippet = SearchHit(row.id, 0.0, row.snippet_html).snippet
         if as_json:

@@ -9,6 +9,7 @@ import click
 from boxcar.cli.common import (
     common_options,
     err,
+    fail,
     settings_for,
 )
 
@@ -25,13 +26,18 @@ def token() -> None:
 @common_options
 @click.option("--name", default="", help="What the token is for")
 @click.option("--read-only", is_flag=True, help="Only GET endpoints (lists, status, search)")
-def token_create(data_dir, name, read_only) -> None:
+@click.option("--user", "owner", default="", help="The user it acts for (default ARCHIVE_USER, the operator)")
+def token_create(data_dir, name, read_only, owner) -> None:
     """Create an API token and print it (use it as `Authorization: Bearer <token>`)."""
     from boxcar.ingest.api.auth import create_token
+    from boxcar.ingest.web.accounts import list_users
     from boxcar.shared.db import Database
 
     settings = settings_for(data_dir)
     db = Database(settings.sqlalchemy_url)
     db.upgrade()
-    click.echo(create_token(db, name, scope="read" if read_only else "write"))
+    owner = owner or settings.archive_user
+    if owner != settings.archive_user and owner not in {u.username for u in list_users(db)}:
+        fail(f"no user {owner}", 2)
+    click.echo(create_token(db, name, scope="read" if read_only else "write", owner=owner))
     err.print("[dim]store it now: only its hash is kept[/]")

@@ -16,7 +16,7 @@ import msgspec
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
-from boxcar.shared.db.models import ArchiveResult, Snapshot, url_hash
+from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, url_hash
 from boxcar.shared.importers import Rejected
 from boxcar.shared.messages import ResultStatus, Seed
 from boxcar.shared.urls import UrlFilter
@@ -85,10 +85,10 @@ def admit(seeds: Iterable[Seed], url_filter: UrlFilter, *, strict: bool = False)
     return Admission(seeds=list(merged.values()), entries=entries, duplicates=duplicates, rejected=rejected)
 
 
-def archived_keys(session: Session, seeds: Iterable[Seed]) -> set[str]:
-    """The ``url_hash`` of each seed some crawl has already archived: a snapshot of that URL with
-    at least one succeeded result (a cancelled or failed one does not count, so a re-import
-    archives what was never archived)."""
+def archived_keys(session: Session, seeds: Iterable[Seed], owner: str) -> set[str]:
+    """The ``url_hash`` of each seed a crawl of ``owner`` (a user name: ``ONLY_NEW`` is per user,
+    issue 28) has already archived: a snapshot of that URL with at least one succeeded result (a
+    cancelled or failed one does not count, so a re-import archives what was never archived)."""
     hashes = list({url_hash(s.url) for s in seeds})
     found: set[str] = set()
     for i in range(0, len(hashes), LOOKUP_BATCH):
@@ -96,5 +96,6 @@ def archived_keys(session: Session, seeds: Iterable[Seed]) -> set[str]:
         succeeded = exists().where(
             ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == ResultStatus.SUCCEEDED
         )
-        found.update(session.scalars(select(Snapshot.url_hash).where(Snapshot.url_hash.in_(chunk), succeeded)))
+        mine = Snapshot.crawl_id.in_(select(Crawl.id).where(Crawl.created_by == owner))
+        found.update(session.scalars(select(Snapshot.url_hash).where(Snapshot.url_hash.in_(chunk), succeeded, mine)))
     return found

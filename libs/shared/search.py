@@ -28,9 +28,10 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from boxcar.shared.messages import clean_text
@@ -70,6 +71,19 @@ class SearchHit(msgspec.Struct, frozen=True):
 def is_search_table(name: str | None) -> bool:
     """True for the search index's own tables (FTS5 adds shadow tables ``search_fts_*``)."""
     return name is not None and any(name == t or name.startswith(t + "_") for t in TABLES)
+
+
+def _compiled(s: Session, condition: Any) -> str:
+    """``SELECT id FROM snapshot WHERE condition`` as SQL text for this database. Values are
+    rendered as literals by SQLAlchemy's own quoting (they are user names, which ``USERNAME``
+    limits to ``[A-Za-z0-9_.@-]``, ids and booleans), and colons are escaped for ``text()``."""
+    from boxcar.shared.db.models import Snapshot
+
+    bind = s.get_bind()
+    sql = str(
+        select(Snapshot.id).where(condition).compile(dialect=bind.dialect, compile_kwargs={"literal_binds": True})
+    )
+    return sql.replace(":", "\\:")
 
 
 def _dialect(s: Session) -> str:
@@ -131,9 +145,13 @@ def indexed_count(s: Session) -> int:
     return int(s.scalar(text("SELECT count(*) FROM search_document")) or 0)
 
 
-def search(s: Session, query: str, *, tag: str | None = None, limit: int = 20, offset: int = 0) -> list[SearchHit]:
+def search(
+    s: Session, query: str, *, tag: str | None = None, limit: int = 20, offset: int = 0, only: Any = None
+) -> list[SearchHit]:
     """Snapshots matching ``query`` (web-search syntax), best first, optionally only those tagged
-    ``tag``. An empty query, or one with nothing to look for, matches nothing. The query is cleaned
+    ``tag`` and only those ``only`` (a condition on ``Snapshot``: who may read what,
+    ``ingest.access.readable_snapshots``) admits, so a page of hits is a page the caller may see.
+    An empty query, or one with nothing to look for, matches nothing. The query is cleaned
     here as ``SnapshotFilter`` cleans it where it enters (``clean_text``, ``MAX_QUERY``), so a
     caller passing raw text gets the same answer."""
     query = clean_text(query)[:MAX_QUERY]
@@ -147,6 +165,8 @@ def search(s: Session, query: str, *, tag: str | None = None, limit: int = 20, o
         if tag
         else ""
     )
+    if only is not None:
+        tag_filter += f" AND d.snapshot_id IN ({_compiled(s, only)})"
     if _dialect(s) == "postgresql":
         rows = s.execute(
             text(

@@ -373,7 +373,7 @@ class Decisions:
         config = self._config(crawl)
         admission = admit((d for d in discovered if d.url != snap.url), config.url_filter())
         if config.only_new:
-            admission = admission.without(archived_keys(s, admission.seeds))
+            admission = admission.without(archived_keys(s, admission.seeds, crawl.created_by))
         created, over = q.insert_snapshots(
             s,
             crawl,

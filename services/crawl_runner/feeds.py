@@ -246,7 +246,7 @@ class FeedPoller:
             fresh = q.unseen_feed_keys(s, schedule.id, keys) | q.feed_keys_to_retry(s, schedule.id, keys)
             admission = admit((by_key[k] for k in keys if k in fresh), config.url_filter())
             if config.only_new:
-                admission = admission.without(archived_keys(s, admission.seeds))
+                admission = admission.without(archived_keys(s, admission.seeds, schedule.created_by))
             taken = {seed.key for seed in admission.seeds}
             if admission.seeds:
                 tagged = [

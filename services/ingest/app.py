@@ -26,8 +26,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from boxcar.ingest import routes
+from boxcar.ingest.access import Viewer
 from boxcar.ingest.api.archivebox import ArchiveBoxController
-from boxcar.ingest.api.auth import API_KEY_HEADER, ARCHIVEBOX_KEY_HEADER, ensure_local_token, require_read_access
+from boxcar.ingest.api.auth import API_KEY_HEADER, ARCHIVEBOX_KEY_HEADER, ensure_local_token, require_admin_token
 from boxcar.ingest.api.controllers import (
     CrawlControlController,
     CrawlController,
@@ -43,13 +44,15 @@ from boxcar.ingest.feeds import FeedService, UrlScheduleService
 from boxcar.ingest.library import SnapshotLibrary
 from boxcar.ingest.metrics import HTTP as HTTP_METRICS
 from boxcar.ingest.metrics import metrics
+from boxcar.ingest.quotas import QuotaExceeded
 from boxcar.ingest.services import CrawlService
 from boxcar.ingest.signals import Signals
 from boxcar.ingest.status import StackStatus, stack_status
-from boxcar.ingest.web.accounts import LoginRequired
+from boxcar.ingest.web.accounts import LoginRequired, viewer_of
 from boxcar.ingest.web.archive import ArchiveFiles
 from boxcar.ingest.web.archive_pages import ArchiveFilesController, ReplayController
 from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
+from boxcar.ingest.web.people import AdminPages, SharePages
 from boxcar.ingest.web.pwa import AppShell
 from boxcar.shared import bus, secrets, telemetry
 from boxcar.shared.db import Database
@@ -90,6 +93,16 @@ def database_unavailable(request: Request, exc: OperationalError) -> Response:
     )
 
 
+async def provide_viewer(request: Request) -> Viewer:
+    """The ``viewer`` dependency: who the request acts for (``accounts.viewer_of``)."""
+    return await viewer_of(request)
+
+
+def over_quota(request: Request, exc: QuotaExceeded) -> Response:
+    """A crawl over its owner's limits: 429, saying which limit (nothing was stored)."""
+    return Response({"status_code": 429, "detail": str(exc)}, status_code=429)
+
+
 def internal_error(request: Request, exc: Exception) -> Response:
     """Any other unexpected error: logged with its traceback, a plain 500 for the client."""
     if isinstance(exc, HTTPException):
@@ -106,14 +119,14 @@ def internal_error(request: Request, exc: Exception) -> Response:
     routes.STATUS,
     operation_id="StackStatus",
     tags=["status"],
-    guards=[require_read_access],
+    guards=[require_admin_token],
     security=SECURITY,
     raises=READS,
 )
 async def status(state: State) -> StackStatus:
-    """The stack at a glance: crawls and snapshots by status, archive size and free disk, and per
-    executor family the tasks waiting and whether an executor is there to take them
-    (``stalled_families``: pending work, no executor)."""
+    """The stack at a glance (an admin's token): crawls and snapshots by status, archive size and
+    free disk, per executor family the tasks waiting and whether an executor is there to take
+    them (``stalled_families``: pending work, no executor), and each user's usage and limits."""
     return await stack_status(state.db, state.settings, state.families, getattr(state, "nats", None))
 
 
@@ -132,7 +145,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     feeds = FeedService(service)
     url_schedules = UrlScheduleService(service)
     signals = Signals()
-    library = SnapshotLibrary(db, settings.data_dir)
+    library = SnapshotLibrary(db, settings.data_dir, settings.public_reads, settings.archive_user)
     archive_files = ArchiveFiles(db, settings)
 
     async def connect_nats(app: Litestar) -> None:
@@ -145,7 +158,9 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
         if own_db:
             await anyio.to_thread.run_sync(db.upgrade_in_child)
         if settings.local_token_file:  # the embedded stack's CLI finds it once the API answers
-            await anyio.to_thread.run_sync(ensure_local_token, db, settings.local_token_file)
+            await anyio.to_thread.run_sync(
+                lambda: ensure_local_token(db, settings.local_token_file, owner=settings.archive_user)
+            )
         app.state.nats = None
         connecting = asyncio.create_task(connect_nats(app))
         try:
@@ -184,6 +199,8 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             AddPage,
             FeedPages,
             AccountPages,
+            SharePages,
+            AdminPages,
             ArchiveFilesController,
             AppShell,
             create_static_files_router(
@@ -195,6 +212,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             OperationalError: database_unavailable,
             InterfaceError: database_unavailable,
             LoginRequired: login_redirect,
+            QuotaExceeded: over_quota,
             HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
         },
         state=State(
@@ -213,6 +231,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             "signals": Provide(lambda: signals, sync_to_thread=False),
             "library": Provide(lambda: library, sync_to_thread=False),
             "archive_files": Provide(lambda: archive_files, sync_to_thread=False),
+            "viewer": Provide(provide_viewer),
         },
         template_config=TEMPLATES,
         plugins=[HTMXPlugin()],
@@ -279,7 +298,7 @@ def create_archive_app(settings: Settings, db: Database) -> Litestar:
     """The archive origin (``ARCHIVE_PORT``): archived files and WARC replay only, no UI or API,
     so archived scripts running there never run with Boxcar's origin. Logins come from the main
     origin's session cookie (same host, another port)."""
-    library = SnapshotLibrary(db, settings.data_dir)
+    library = SnapshotLibrary(db, settings.data_dir, settings.public_reads, settings.archive_user)
     archive_files = ArchiveFiles(db, settings)
     return Litestar(
         route_handlers=[ArchiveFilesController, ReplayController],
@@ -292,6 +311,7 @@ def create_archive_app(settings: Settings, db: Database) -> Litestar:
         dependencies={
             "library": Provide(lambda: library, sync_to_thread=False),
             "archive_files": Provide(lambda: archive_files, sync_to_thread=False),
+            "viewer": Provide(provide_viewer),
         },
         template_config=TEMPLATES,
         openapi_config=None,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from boxcar.ingest.access import Viewer
 from boxcar.ingest.library import SnapshotLibrary, readable_text
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Tag
@@ -76,12 +77,15 @@ class Selection:
         return ", ".join(p for p in parts if p) or "all snapshots"
 
 
-def selected_ids(db: Database, library: SnapshotLibrary, selection: Selection, limit: int = MAX_EXPORT) -> list[str]:
-    """The ids of the selected snapshots, newest first (a search: best match first)."""
+def selected_ids(
+    db: Database, library: SnapshotLibrary, selection: Selection, viewer: Viewer, limit: int = MAX_EXPORT
+) -> list[str]:
+    """The ids of the selected snapshots ``viewer`` may read, newest first (a search: best match
+    first)."""
     if selection.q:
-        return [r.id for r in library.search(selection.q, selection.tag, limit=min(limit, 10_000))]
+        return [r.id for r in library.search(selection.q, selection.tag, limit=min(limit, 10_000), viewer=viewer)]
     with db.read() as s:
-        query = select(Snapshot.id)
+        query = select(Snapshot.id).where(library.readable(viewer))
         if selection.snapshot_id:
             query = query.where(Snapshot.id == selection.snapshot_id)
         if selection.crawl_id:
@@ -93,13 +97,12 @@ def selected_ids(db: Database, library: SnapshotLibrary, selection: Selection, l
         return list(s.scalars(query.order_by(Snapshot.created_at.desc(), Snapshot.id).limit(limit)))
 
 
-def records(db: Database, library: SnapshotLibrary, ids: list[str]) -> Iterator[dict]:
-    """One record per snapshot (JSON Lines, JSON, CSV, bookmarks, feeds), in ``ids``' order, read
-    a thousand at a time."""
-    del db  # the library reads through the same database
+def records(library: SnapshotLibrary, ids: list[str], viewer: Viewer) -> Iterator[dict]:
+    """One record per snapshot ``viewer`` may read (JSON Lines, JSON, CSV, bookmarks, feeds), in
+    ``ids``' order, read a thousand at a time."""
     for i in range(0, len(ids), 1000):
         chunk = ids[i : i + 1000]
-        rows = {r["id"]: r for r in library.export_rows(chunk)}
+        rows = {r["id"]: r for r in library.export_rows(chunk, viewer=viewer)}
         for sid in chunk:
             if sid in rows:
                 yield rows[sid]
@@ -269,5 +272,6 @@ def write_wacz(
 
 
 def crawl_exists(db: Database, crawl_id: str) -> bool:
+    """Whether there is a crawl ``crawl_id`` (the CLI's check: the operator sees every crawl)."""
     with db.read() as s:
         return s.get(Crawl, crawl_id) is not None

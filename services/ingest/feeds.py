@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
+from boxcar.ingest.access import Viewer, operator, own_schedules
 from boxcar.ingest.api.schemas import FeedCreate, FeedOut, FeedUpdate, ScheduleCreate, ScheduleOut
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.shared.clock import utcnow
@@ -28,6 +29,12 @@ def validate_schedule(schedule: str) -> str:
     return schedule.strip()
 
 
+def own_schedule(s, schedule_id: str, viewer: Viewer, *, feed: bool) -> CrawlSchedule | None:
+    """The feed subscription (``feed``) or URL schedule ``schedule_id`` when it is ``viewer``'s."""
+    kind = CrawlSchedule.feed_url.is_not(None) if feed else CrawlSchedule.feed_url.is_(None)
+    return s.scalar(select(CrawlSchedule).where(CrawlSchedule.id == schedule_id, kind, own_schedules(viewer)))
+
+
 class FeedService:
     """Create, read, edit and delete feed subscriptions."""
 
@@ -35,8 +42,8 @@ class FeedService:
         self.crawls = crawls
         self.db = crawls.db
 
-    def create(self, body: FeedCreate) -> FeedOut:
-        """Store a subscription, due for its first poll now.
+    def create(self, body: FeedCreate, *, owner: str) -> FeedOut:
+        """Store a subscription of ``owner`` (a user name), due for its first poll now.
 
         Raises:
             InputError: bad URL, schedule, plugins or config.
@@ -57,7 +64,7 @@ class FeedService:
             id=new_id(),
             created_at=now,
             modified_at=now,
-            created_by=self.crawls.settings.archive_user,
+            created_by=owner,
             schedule=validate_schedule(body.schedule),
             label=clean_text(body.label)[:256],
             is_enabled=True,
@@ -68,29 +75,36 @@ class FeedService:
         )
         with self.db.write() as s:
             s.add(schedule)
-        return self.get(schedule.id)
+        out = self.get(schedule.id, viewer=operator(owner))
+        assert out is not None
+        return out
 
-    def get(self, schedule_id: str) -> FeedOut | None:
+    def get(self, schedule_id: str, *, viewer: Viewer) -> FeedOut | None:
+        """One subscription of ``viewer``'s; None when there is none."""
         with self.db.read() as s:
-            schedule = s.get(CrawlSchedule, schedule_id)
-            return self._out(s, schedule) if schedule and schedule.feed_url else None
+            schedule = own_schedule(s, schedule_id, viewer, feed=True)
+            return self._out(s, schedule) if schedule else None
 
-    def list(self) -> list[FeedOut]:
+    def list(self, *, viewer: Viewer) -> list[FeedOut]:
+        """``viewer``'s subscriptions (an admin's: everyone's), oldest first."""
         with self.db.read() as s:
             rows = s.scalars(
-                select(CrawlSchedule).where(CrawlSchedule.feed_url.is_not(None)).order_by(CrawlSchedule.created_at)
+                select(CrawlSchedule)
+                .where(CrawlSchedule.feed_url.is_not(None), own_schedules(viewer))
+                .order_by(CrawlSchedule.created_at)
             )
             return [self._out(s, r) for r in rows]
 
-    def update(self, schedule_id: str, body: FeedUpdate) -> FeedOut | None:
-        """Change the subscription's settings (not its status: pause/resume go through the runner).
+    def update(self, schedule_id: str, body: FeedUpdate, *, viewer: Viewer) -> FeedOut | None:
+        """Change the subscription's settings (not its status: pause/resume go through the runner);
+        None when ``viewer`` has no such subscription.
 
         Raises:
             InputError: bad schedule, plugins or config.
         """
         with self.db.write() as s:
-            schedule = s.get(CrawlSchedule, schedule_id)
-            if schedule is None or not schedule.feed_url:
+            schedule = own_schedule(s, schedule_id, viewer, feed=True)
+            if schedule is None:
                 return None
             template = dict(schedule.template or {})
             if body.schedule is not None:
@@ -107,13 +121,13 @@ class FeedService:
             if body.label is not None:
                 schedule.label = clean_text(body.label)[:256]
             schedule.template = template
-        return self.get(schedule_id)
+        return self.get(schedule_id, viewer=viewer)
 
-    def delete(self, schedule_id: str) -> bool:
-        """Remove a subscription (its crawls and snapshots stay)."""
+    def delete(self, schedule_id: str, *, viewer: Viewer) -> bool:
+        """Remove one of ``viewer``'s subscriptions (its crawls and snapshots stay)."""
         with self.db.write() as s:
-            schedule = s.get(CrawlSchedule, schedule_id)
-            if schedule is None or not schedule.feed_url:
+            schedule = own_schedule(s, schedule_id, viewer, feed=True)
+            if schedule is None:
                 return False
             s.delete(schedule)
         return True
@@ -156,8 +170,8 @@ class UrlScheduleService:
         self.crawls = crawls
         self.db = crawls.db
 
-    def create(self, body: ScheduleCreate) -> ScheduleOut:
-        """Store a schedule, due for its first run now.
+    def create(self, body: ScheduleCreate, *, owner: str) -> ScheduleOut:
+        """Store a schedule of ``owner`` (a user name), due for its first run now.
 
         Raises:
             InputError: a bad URL (named by its index), schedule, plugins or config.
@@ -188,7 +202,7 @@ class UrlScheduleService:
             id=new_id(),
             created_at=now,
             modified_at=now,
-            created_by=self.crawls.settings.archive_user,
+            created_by=owner,
             schedule=every,
             label=clean_text(body.label)[:256],
             is_enabled=True,
@@ -199,27 +213,31 @@ class UrlScheduleService:
         )
         with self.db.write() as s:
             s.add(schedule)
-        out = self.get(schedule.id)
+        out = self.get(schedule.id, viewer=operator(owner))
         assert out is not None
         return out
 
-    def get(self, schedule_id: str) -> ScheduleOut | None:
+    def get(self, schedule_id: str, *, viewer: Viewer) -> ScheduleOut | None:
+        """One schedule of ``viewer``'s; None when there is none."""
         with self.db.read() as s:
-            schedule = s.get(CrawlSchedule, schedule_id)
-            return self._out(s, schedule) if schedule and not schedule.feed_url else None
+            schedule = own_schedule(s, schedule_id, viewer, feed=False)
+            return self._out(s, schedule) if schedule else None
 
-    def list(self) -> list[ScheduleOut]:
+    def list(self, *, viewer: Viewer) -> list[ScheduleOut]:
+        """``viewer``'s URL schedules (an admin's: everyone's), oldest first."""
         with self.db.read() as s:
             rows = s.scalars(
-                select(CrawlSchedule).where(CrawlSchedule.feed_url.is_(None)).order_by(CrawlSchedule.created_at)
+                select(CrawlSchedule)
+                .where(CrawlSchedule.feed_url.is_(None), own_schedules(viewer))
+                .order_by(CrawlSchedule.created_at)
             )
             return [self._out(s, r) for r in rows]
 
-    def delete(self, schedule_id: str) -> bool:
-        """Remove a schedule (its crawls and snapshots stay)."""
+    def delete(self, schedule_id: str, *, viewer: Viewer) -> bool:
+        """Remove one of ``viewer``'s schedules (its crawls and snapshots stay)."""
         with self.db.write() as s:
-            schedule = s.get(CrawlSchedule, schedule_id)
-            if schedule is None or schedule.feed_url:
+            schedule = own_schedule(s, schedule_id, viewer, feed=False)
+            if schedule is None:
                 return False
             s.delete(schedule)
         return True

@@ -29,6 +29,7 @@ import msgspec
 from sqlalchemy import and_, delete, func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
+from boxcar.ingest.access import Viewer, own_crawls, readable_snapshots, writable_snapshots
 from boxcar.shared import search
 from boxcar.shared.db import Database, attach_tags
 from boxcar.shared.db.models import (
@@ -217,18 +218,33 @@ def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
 class SnapshotLibrary:
     """The archive's snapshots for people: list, search, detail, tags, delete."""
 
-    def __init__(self, db: Database, data_dir: Path) -> None:
+    def __init__(self, db: Database, data_dir: Path, public_reads: bool = False, operator_name: str = "system") -> None:
+        """Args:
+        public_reads: ``PUBLIC_READS`` (admins' archives readable by anybody).
+        operator_name: ``ARCHIVE_USER``, who acts as an admin.
+
+        Every method takes the caller as ``viewer`` (``access.Viewer``) and answers only with what
+        it may read (``access.readable_snapshots``) or change (``access.writable_snapshots``): the
+        rest reads as if it did not exist."""
         self.db = db
         self.data_dir = data_dir
+        self.public_reads = public_reads
+        self.operator_name = operator_name
+
+    def readable(self, viewer: Viewer):
+        """The condition on ``Snapshot`` of what ``viewer`` may read here."""
+        return readable_snapshots(viewer, self.public_reads, self.operator_name)
 
     # ------------------------------------------------------------------ list and search
 
-    def list(self, filters: SnapshotFilter, cursor: str = "", limit: int = PAGE_SIZE) -> SnapshotList:
+    def list(
+        self, filters: SnapshotFilter, cursor: str = "", limit: int = PAGE_SIZE, *, viewer: Viewer
+    ) -> SnapshotList:
         """A page of snapshots, newest first (or, with ``filters.q``, best match first)."""
         if filters.q.strip():
-            return self._search(filters, int(cursor) if cursor.isdigit() else 0, limit)
+            return self._search(filters, int(cursor) if cursor.isdigit() else 0, limit, viewer)
         with self.db.read() as s:
-            query = self._filtered(s, select(Snapshot), filters)
+            query = self._filtered(s, select(Snapshot), filters, viewer)
             after = decode_cursor(cursor) if cursor else None
             if after is not None:
                 query = query.where(tuple_(Snapshot.created_at, Snapshot.id) < tuple_(*after))
@@ -236,7 +252,8 @@ class SnapshotLibrary:
             rows = self._rows(s, snaps[:limit])
         return SnapshotList(rows, encode_cursor(rows[-1]) if len(snaps) > limit else "")
 
-    def _filtered(self, s: Session, query, f: SnapshotFilter):
+    def _filtered(self, s: Session, query, f: SnapshotFilter, viewer: Viewer):
+        query = query.where(self.readable(viewer))
         if f.tag:
             tag_id = s.scalar(select(Tag.id).where(Tag.name == f.tag))
             query = query.where(
@@ -254,11 +271,12 @@ class SnapshotLibrary:
             query = query.where(Snapshot.created_at < f.date_to)
         return query
 
-    def _search(self, f: SnapshotFilter, offset: int, limit: int) -> SnapshotList:
+    def _search(self, f: SnapshotFilter, offset: int, limit: int, viewer: Viewer) -> SnapshotList:
         with self.db.read() as s:
-            hits = search.search(s, f.q, tag=f.tag or None, limit=limit + 1, offset=offset)
+            only = None if viewer.is_admin else self.readable(viewer)
+            hits = search.search(s, f.q, tag=f.tag or None, limit=limit + 1, offset=offset, only=only)
             wanted = [h.snapshot_id for h in hits[:limit]]
-            query = self._filtered(s, select(Snapshot), SnapshotFilter(**{**f.__dict__, "tag": "", "q": ""}))
+            query = self._filtered(s, select(Snapshot), SnapshotFilter(**{**f.__dict__, "tag": "", "q": ""}), viewer)
             snaps = {x.id: x for x in s.scalars(query.where(Snapshot.id.in_(wanted)))}
             rows = self._rows(s, [snaps[i] for i in wanted if i in snaps])
         snippets = {h.snapshot_id: h.snippet_html for h in hits}
@@ -266,9 +284,9 @@ class SnapshotLibrary:
             row.snippet_html = snippets.get(row.id, "")
         return SnapshotList(rows, str(offset + limit) if len(hits) > limit else "")
 
-    def search(self, q: str, tag: str = "", limit: int = 20, offset: int = 0) -> list[SnapshotRow]:
+    def search(self, q: str, tag: str = "", limit: int = 20, offset: int = 0, *, viewer: Viewer) -> list[SnapshotRow]:
         """Ranked matches of ``q`` (web-search syntax), each with its highlighted snippet."""
-        return self._search(SnapshotFilter(q=q, tag=tag), offset, limit).rows
+        return self._search(SnapshotFilter(q=q, tag=tag), offset, limit, viewer).rows
 
     def _rows(self, s: Session, snaps: list[Snapshot]) -> list[SnapshotRow]:
         ids = [x.id for x in snaps]
@@ -306,18 +324,39 @@ class SnapshotLibrary:
             for x in snaps
         ]
 
-    def tags(self) -> list[str]:
-        """Every tag name, for the filter."""
+    def tags(self, *, viewer: Viewer) -> list[str]:
+        """The names of the tags on snapshots ``viewer`` may read, for the filter."""
+        query = select(Tag.name).order_by(Tag.name).limit(1000)
+        if not viewer.is_admin:
+            readable = select(Snapshot.id).where(self.readable(viewer))
+            query = query.where(Tag.id.in_(select(SnapshotTag.tag_id).where(SnapshotTag.snapshot_id.in_(readable))))
         with self.db.read() as s:
-            return list(s.scalars(select(Tag.name).order_by(Tag.name).limit(1000)))
+            return list(s.scalars(query))
+
+    def _get(self, s: Session, snapshot_id: str, condition) -> Snapshot | None:
+        return s.scalar(select(Snapshot).where(Snapshot.id == snapshot_id, condition))
+
+    def owner(self, snapshot_id: str, *, viewer: Viewer) -> str | None:
+        """The user name a snapshot ``viewer`` may read belongs to; None when it may not."""
+        with self.db.read() as s:
+            return s.scalar(
+                select(Crawl.created_by)
+                .join(Snapshot, Snapshot.crawl_id == Crawl.id)
+                .where(Snapshot.id == snapshot_id, self.readable(viewer))
+            )
+
+    def can_change(self, snapshot_id: str, *, viewer: Viewer) -> bool:
+        """Whether ``viewer`` may change the snapshot (tag, delete, archive again, share)."""
+        with self.db.read() as s:
+            return self._get(s, snapshot_id, writable_snapshots(viewer)) is not None
 
     # ------------------------------------------------------------------ one snapshot
 
-    def detail(self, snapshot_id: str) -> SnapshotDetail | None:
+    def detail(self, snapshot_id: str, *, viewer: Viewer) -> SnapshotDetail | None:
         """A snapshot with its crawl, tags, every result (and, for failures, the hook's output),
-        and links to the outputs on disk; None when there is no such snapshot."""
+        and links to the outputs on disk; None when there is no such snapshot (for ``viewer``)."""
         with self.db.read() as s:
-            snap = s.get(Snapshot, snapshot_id)
+            snap = self._get(s, snapshot_id, self.readable(viewer))
             if snap is None:
                 return None
             crawl = s.get(Crawl, snap.crawl_id)
@@ -379,25 +418,28 @@ class SnapshotLibrary:
                 links["warc"] = f"wget/{warcs[0]}"
         return links
 
-    def find(self, id_or_url: str) -> list[str]:
-        """Snapshot ids matching an id, or a URL (every crawl's snapshot of it)."""
+    def find(self, id_or_url: str, *, viewer: Viewer) -> list[str]:
+        """Ids of the snapshots ``viewer`` may change matching an id, or a URL (every crawl's
+        snapshot of it)."""
+        mine = writable_snapshots(viewer)
         with self.db.read() as s:
-            if len(id_or_url) == 32 and s.get(Snapshot, id_or_url) is not None:
+            if len(id_or_url) == 32 and self._get(s, id_or_url, mine) is not None:
                 return [id_or_url]
             try:
                 canonical = Seed.parse(id_or_url).url
             except InvalidURL:
                 return []
-            return list(s.scalars(select(Snapshot.id).where(Snapshot.url_hash == url_hash(canonical))))
+            return list(s.scalars(select(Snapshot.id).where(Snapshot.url_hash == url_hash(canonical), mine)))
 
     # ------------------------------------------------------------------ writes that are ingest's
 
-    def set_tags(self, snapshot_id: str, tags: list[str]) -> list[str] | None:
-        """Replace a snapshot's tags; returns them cleaned, None when there is no such snapshot.
-        The caller then publishes ``events.tags.changed`` (``Signals.tags_changed``)."""
+    def set_tags(self, snapshot_id: str, tags: list[str], *, viewer: Viewer) -> list[str] | None:
+        """Replace a snapshot's tags; returns them cleaned, None when there is no such snapshot
+        ``viewer`` may change. The caller then publishes ``events.tags.changed``
+        (``Signals.tags_changed``)."""
         names = clean_tags(tags)
         with self.db.write() as s:
-            if s.get(Snapshot, snapshot_id) is None:
+            if self._get(s, snapshot_id, writable_snapshots(viewer)) is None:
                 return None
             attach_tags(s, {snapshot_id: names})
             ids = list(s.scalars(select(Tag.id).where(Tag.name.in_(names)))) if names else []
@@ -408,13 +450,13 @@ class SnapshotLibrary:
             )
         return names
 
-    def changes(self, snapshot_id: str) -> TextChanges | None:
-        """The readable-text diff against the newest earlier snapshot of the same URL that has a
-        text; None when there is none (or either text is empty)."""
+    def changes(self, snapshot_id: str, *, viewer: Viewer) -> TextChanges | None:
+        """The readable-text diff against the newest earlier snapshot of the same URL with a text
+        that ``viewer`` may read; None when there is none (or either text is empty)."""
         import difflib
 
         with self.db.read() as s:
-            snap = s.get(Snapshot, snapshot_id)
+            snap = self._get(s, snapshot_id, self.readable(viewer))
             if snap is None:
                 return None
             earlier = list(
@@ -423,6 +465,7 @@ class SnapshotLibrary:
                     .where(
                         Snapshot.url_hash == snap.url_hash,
                         Snapshot.id != snap.id,
+                        self.readable(viewer),
                         Snapshot.created_at <= snap.created_at,
                     )
                     .order_by(Snapshot.created_at.desc())
@@ -447,39 +490,51 @@ class SnapshotLibrary:
             previous.id, previous.created_at, added, removed, diff[:DIFF_LINES], truncated=len(diff) > DIFF_LINES
         )
 
-    def trace_id(self, crawl_id: str) -> str:
-        """The crawl's trace id (from ``Crawl.trace_context``); "" for no such crawl or none."""
+    def trace_id(self, crawl_id: str, *, viewer: Viewer) -> str:
+        """The crawl's trace id (from ``Crawl.trace_context``); "" for no such crawl (of
+        ``viewer``'s) or none."""
         from boxcar.shared.spanlog import trace_id_of
 
         with self.db.read() as s:
-            crawl = s.get(Crawl, crawl_id)
+            crawl = s.scalar(select(Crawl).where(Crawl.id == crawl_id, own_crawls(viewer)))
             return trace_id_of(dict(crawl.trace_context or {})) if crawl is not None else ""
 
-    def add_tags(self, snapshot_ids: list[str], tags: list[str]) -> list[str]:
-        """Add tags to many snapshots (bulk action); returns the ids that exist. The caller then
-        publishes ``events.tags.changed``."""
+    def add_tags(self, snapshot_ids: list[str], tags: list[str], *, viewer: Viewer) -> list[str]:
+        """Add tags to many snapshots (bulk action); returns the ids ``viewer`` may change. The
+        caller then publishes ``events.tags.changed``."""
         names = clean_tags(tags)
         with self.db.write() as s:
-            found = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(snapshot_ids))))
+            found = list(
+                s.scalars(select(Snapshot.id).where(Snapshot.id.in_(snapshot_ids), writable_snapshots(viewer)))
+            )
             if names:
                 attach_tags(s, {sid: names for sid in found})
         return found
 
-    def remove_tags(self, snapshot_ids: list[str], tags: list[str]) -> list[str]:
-        """Remove tags from many snapshots (bulk action); returns the ids that exist."""
+    def remove_tags(self, snapshot_ids: list[str], tags: list[str], *, viewer: Viewer) -> list[str]:
+        """Remove tags from many snapshots (bulk action); returns the ids ``viewer`` may change."""
         names = clean_tags(tags)
         with self.db.write() as s:
-            found = list(s.scalars(select(Snapshot.id).where(Snapshot.id.in_(snapshot_ids))))
+            found = list(
+                s.scalars(select(Snapshot.id).where(Snapshot.id.in_(snapshot_ids), writable_snapshots(viewer)))
+            )
             ids = list(s.scalars(select(Tag.id).where(Tag.name.in_(names)))) if names else []
             if ids and found:
                 s.execute(delete(SnapshotTag).where(SnapshotTag.snapshot_id.in_(found), SnapshotTag.tag_id.in_(ids)))
         return found
 
-    def export_rows(self, snapshot_ids: list[str]) -> list[dict]:
-        """The selected snapshots as JSON records (bulk export), in ArchiveBox's ``list --json``
-        spirit: url, title, timestamp fields, tags, status and where the files are."""
+    def export_rows(self, snapshot_ids: list[str], *, viewer: Viewer) -> list[dict]:
+        """The selected snapshots ``viewer`` may read as JSON records (bulk export), in
+        ArchiveBox's ``list --json`` spirit: url, title, timestamp fields, tags, status and where
+        the files are."""
         with self.db.read() as s:
-            snaps = list(s.scalars(select(Snapshot).where(Snapshot.id.in_(snapshot_ids)).order_by(Snapshot.created_at)))
+            snaps = list(
+                s.scalars(
+                    select(Snapshot)
+                    .where(Snapshot.id.in_(snapshot_ids), self.readable(viewer))
+                    .order_by(Snapshot.created_at)
+                )
+            )
             rows = {r.id: r for r in self._rows(s, snaps)}
         return [
             {
@@ -503,14 +558,15 @@ class SnapshotLibrary:
             for x in snaps
         ]
 
-    def delete(self, snapshot_id: str) -> bool:
-        """Delete a snapshot's rows and then its directory; False when there is no such snapshot.
+    def delete(self, snapshot_id: str, *, viewer: Viewer) -> bool:
+        """Delete a snapshot's rows and then its directory; False when there is no such snapshot
+        ``viewer`` may change.
 
         Raises:
             SnapshotBusy: it is being captured (``started``); try again once it is sealed.
         """
         with self.db.write() as s:
-            snap = s.get(Snapshot, snapshot_id)
+            snap = self._get(s, snapshot_id, writable_snapshots(viewer))
             if snap is None:
                 return False
             output_dir = snap.output_dir
@@ -534,10 +590,11 @@ class SnapshotLibrary:
 
     # ------------------------------------------------------------------ crawls
 
-    def crawls(self, cursor: str = "", limit: int = PAGE_SIZE) -> tuple[list[dict], str]:
-        """Crawls newest first, each with its snapshots counted by status; and the next cursor."""
+    def crawls(self, cursor: str = "", limit: int = PAGE_SIZE, *, viewer: Viewer) -> tuple[list[dict], str]:
+        """``viewer``'s crawls newest first, each with its snapshots counted by status; and the
+        next cursor."""
         with self.db.read() as s:
-            query = select(Crawl).order_by(Crawl.created_at.desc(), Crawl.id.desc())
+            query = select(Crawl).where(own_crawls(viewer)).order_by(Crawl.created_at.desc(), Crawl.id.desc())
             after = decode_cursor(cursor) if cursor else None
             if after is not None:
                 query = query.where(

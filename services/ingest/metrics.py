@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from sqlalchemy import func, select
 
 from boxcar.ingest import routes
-from boxcar.ingest.api.auth import require_read_access
+from boxcar.ingest.api.auth import require_admin_token
 from boxcar.ingest.status import stack_status
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult
@@ -53,7 +53,7 @@ def _results(db: Database) -> list[tuple[str, str, int]]:
     return [(str(p), str(st), int(n)) for p, st, n in rows]
 
 
-@get(routes.METRICS, guards=[require_read_access], include_in_schema=False)
+@get(routes.METRICS, guards=[require_admin_token], include_in_schema=False)
 async def metrics(state: State) -> Response[bytes]:
     """The text exposition of every metric (module docstring)."""
     import anyio.to_thread

@@ -36,6 +36,11 @@ SETTINGS = "/settings"
 BULK = "/snapshots/bulk"
 EXPORT_PAGES = "/export"
 LIST_VIEW = "/preferences/list-view"
+#: sharing (``web/people.py``): make and revoke shares, open a public link
+SHARES = "/shares"
+PUBLIC_LINK = "/s"
+#: the admin's page of users
+ADMIN_USERS = "/admin/users"
 STATIC = "/static"
 #: the installable app (PWA): its manifest, its app-shell service worker, the favicon
 MANIFEST = "/manifest.webmanifest"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import msgspec
 from sqlalchemy import func, select
 
+from boxcar.ingest.access import Viewer, own_crawls, readable_snapshots
 from boxcar.ingest.api.schemas import (
     CrawlCreate,
     CrawlStatus,
@@ -22,6 +23,7 @@ from boxcar.ingest.api.schemas import (
     SnapshotOut,
     SnapshotPage,
 )
+from boxcar.ingest.quotas import check_quota
 from boxcar.shared import importers, secrets, storage, telemetry
 from boxcar.shared.admission import Admission, PolicyError, admit, archived_keys
 from boxcar.shared.clock import utcnow
@@ -158,8 +160,8 @@ class CrawlService:
         except ConfigError as exc:
             raise InputError(f"config.{exc.key}", str(exc).split(": ", 1)[1]) from None
 
-    def admit(self, seeds: Iterable[Seed], config: CrawlConfig, *, strict: bool) -> Admission:
-        """The URL policy (filters, duplicates) and, with ``ONLY_NEW``, what was archived before.
+    def admit(self, seeds: Iterable[Seed], config: CrawlConfig, *, strict: bool, owner: str) -> Admission:
+        """The URL policy (filters, duplicates) and, with ``ONLY_NEW``, what ``owner`` archived before.
 
         Raises:
             InputError: ``strict`` and a URL is filtered out (named by its ``Seed.source``).
@@ -170,26 +172,28 @@ class CrawlService:
             raise InputError(exc.where, str(exc).split(": ", 1)[1]) from None
         if config.only_new and admission.seeds:
             with self.db.read() as s:
-                admission = admission.without(archived_keys(s, admission.seeds))
+                admission = admission.without(archived_keys(s, admission.seeds, owner))
         return admission
 
     # ------------------------------------------------------------------ creating crawls
 
-    def create_crawl(self, body: CrawlCreate) -> tuple[Crawl, Admission]:
-        """Validate and store a new queued crawl (due now).
+    def create_crawl(self, body: CrawlCreate, *, owner: str) -> tuple[Crawl, Admission]:
+        """Validate and store a new queued crawl (due now) of ``owner`` (a user name).
 
         Raises:
             InputError: an invalid or filtered URL (named with its index), plugin or config key.
+            QuotaExceeded: over one of ``owner``'s limits (``quotas``).
         """
         overrides = dict(body.config)
         if body.only_new is not None:
             overrides["ONLY_NEW"] = body.only_new
         config = self.crawl_config(overrides)
         seeds = [self._seed(f"urls[{i}]", item) for i, item in enumerate(body.urls)]
-        admission = self.admit(seeds, config, strict=True)
+        admission = self.admit(seeds, config, strict=True, owner=owner)
         plugins = self.validate_plugins(body.plugins) if body.plugins else list(self.settings.plugins)
         crawl = self.insert_crawl(
             admission.seeds,
+            owner=owner,
             tags=body.tags,
             max_depth=body.max_depth,
             plugins=plugins,
@@ -219,6 +223,7 @@ class CrawlService:
         self,
         seeds: list[Seed],
         *,
+        owner: str,
         tags: list[str],
         max_depth: int,
         plugins: list[str],
@@ -227,12 +232,18 @@ class CrawlService:
         sources: list[tuple[bytes, str]] = (),
         first_url: str = "",
     ) -> Crawl:
-        """Store a queued crawl and its seeds, due now, in the current trace; ``sources`` =
-        ``(bytes, extension)`` of imported files, kept under ``sources/`` with URL passwords redacted."""
+        """Store a queued crawl of ``owner`` and its seeds, due now, in the current trace;
+        ``sources`` = ``(bytes, extension)`` of imported files, kept under ``sources/`` with URL
+        passwords redacted.
+
+        Raises:
+            QuotaExceeded: over one of ``owner``'s limits (nothing is stored).
+        """
+        check_quota(self.db, owner, len(seeds))
         now = utcnow()
         with telemetry.tracer("boxcar.ingest").start_as_current_span("crawl") as span:
             crawl = Crawl.new(
-                user=self.settings.archive_user,
+                user=owner,
                 first_url=seeds[0].url if seeds else first_url,
                 seed_count=len(seeds),
                 now=now,
@@ -267,6 +278,7 @@ class CrawlService:
         max_depth: int,
         plugins: list[str],
         only_new: bool | None,
+        owner: str,
         folder_tags: bool = False,
         config: dict | None = None,
     ) -> ImportOutcome:
@@ -286,12 +298,13 @@ class CrawlService:
             overrides["ONLY_NEW"] = only_new
         crawl_config = self.crawl_config(overrides)
         seeds, rejected, formats, sources, seen = self._parse_files(files, format, folder_tags)
-        admission = self.admit(seeds, crawl_config, strict=False)
+        admission = self.admit(seeds, crawl_config, strict=False, owner=owner)
         rejected += admission.rejected
         chosen = self.validate_plugins(plugins) if plugins else list(self.settings.plugins)
         kinds = list(dict.fromkeys(formats))
         crawl = self.insert_crawl(
             admission.seeds,
+            owner=owner,
             tags=tags,
             max_depth=max_depth,
             plugins=chosen,
@@ -308,7 +321,7 @@ class CrawlService:
             entries_seen=seen,
         )
 
-    def preview(self, files: list[tuple[bytes, str]]) -> ImportPreview:
+    def preview(self, files: list[tuple[bytes, str]], *, owner: str) -> ImportPreview:
         """What importing ``files`` would queue, without queueing anything (``/add``'s preview):
         the same parsing, merging, URL lists and ``ONLY_NEW`` as ``create_import``.
 
@@ -316,7 +329,7 @@ class CrawlService:
             InputError: as ``create_import`` (a binary file, no URL found).
         """
         seeds, rejected, formats, _sources, seen = self._parse_files(files, None, False)
-        admission = self.admit(seeds, self.crawl_config({}), strict=False)
+        admission = self.admit(seeds, self.crawl_config({}), strict=False, owner=owner)
         rejected += admission.rejected
         kinds = list(dict.fromkeys(formats))
         return ImportPreview(
@@ -372,10 +385,11 @@ class CrawlService:
 
     # ------------------------------------------------------------------ reading
 
-    def crawl_status(self, crawl_id: str) -> CrawlStatus | None:
-        """The crawl and its counts, or None when there is no such crawl."""
+    def crawl_status(self, crawl_id: str, *, viewer: Viewer) -> CrawlStatus | None:
+        """The crawl and its counts, or None when there is no such crawl of ``viewer``'s
+        (``access.own_crawls``)."""
         with self.db.read() as s:
-            crawl = s.get(Crawl, crawl_id)
+            crawl = s.scalar(select(Crawl).where(Crawl.id == crawl_id, own_crawls(viewer)))
             if crawl is None:
                 return None
             snapshots = dict(
@@ -433,13 +447,16 @@ class CrawlService:
             refusal=refusal or "",
         )
 
-    def list_snapshots(self, crawl_id: str | None, limit: int, offset: int, url: str | None = None) -> SnapshotPage:
-        """Snapshots (oldest first) with their ArchiveResults and tags; ``url`` keeps the
-        snapshots of that URL canonicalised as ``Seed.parse`` does on add (none for a URL that
-        could never be added)."""
+    def list_snapshots(
+        self, crawl_id: str | None, limit: int, offset: int, url: str | None = None, *, viewer: Viewer
+    ) -> SnapshotPage:
+        """Snapshots ``viewer`` may read (oldest first) with their ArchiveResults and tags; ``url``
+        keeps the snapshots of that URL canonicalised as ``Seed.parse`` does on add (none for a
+        URL that could never be added)."""
+        readable = readable_snapshots(viewer, self.settings.public_reads, self.settings.archive_user)
         with self.db.read() as s:
-            query = select(Snapshot)
-            count = select(func.count()).select_from(Snapshot)
+            query = select(Snapshot).where(readable)
+            count = select(func.count()).select_from(Snapshot).where(readable)
             if crawl_id:
                 query = query.where(Snapshot.crawl_id == crawl_id)
                 count = count.where(Snapshot.crawl_id == crawl_id)

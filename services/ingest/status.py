@@ -14,6 +14,7 @@ import msgspec
 from nats.js.errors import NotFoundError
 from sqlalchemy import func, select
 
+from boxcar.ingest.quotas import usage
 from boxcar.shared import bus
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl, Snapshot
@@ -46,6 +47,23 @@ class StackStatus(msgspec.Struct):
     disk_used_bytes: int = 0
     #: ingest, nats, crawl-runner, result-projector: whether each answers (a consumer waiting or working)
     services: dict[str, bool] = {}
+    #: every user's snapshots (total, today), bytes and open crawls against their limits (None: none)
+    users: list[UserUsage] = []
+
+
+class UserUsage(msgspec.Struct):
+    """One user's use of the archive (``quotas.usage``)."""
+
+    username: str
+    role: str
+    active: bool
+    snapshots: int
+    snapshots_today: int
+    disk_bytes: int
+    open_crawls: int
+    max_snapshots_per_day: int | None
+    max_disk_bytes: int | None
+    max_concurrent_crawls: int | None
 
 
 def counts(db: Database) -> tuple[dict[str, int], dict[str, int], int]:
@@ -101,6 +119,7 @@ async def stack_status(db: Database, settings: Settings, families: FamilyTable, 
     import anyio.to_thread
 
     crawls, snapshots, size = await anyio.to_thread.run_sync(counts, db)
+    users = [msgspec.convert(u, UserUsage, from_attributes=True) for u in await anyio.to_thread.run_sync(usage, db)]
     fams: dict[str, FamilyStatus] = {}
     connected = bool(nats is not None and nats.is_connected)
     services = {"ingest": True, "nats": connected, "crawl-runner": False, "result-projector": False}
@@ -119,4 +138,5 @@ async def stack_status(db: Database, settings: Settings, families: FamilyTable, 
         nats=connected,
         families=fams,
         stalled_families=[name for name, f in fams.items() if f.pending and not f.alive],
+        users=users,
     )

@@ -446,6 +446,9 @@ class ApiToken(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
     #: ``write`` (every endpoint) or ``read`` (GET endpoints only)
     scope: Mapped[str] = mapped_column(String(16), default="write")
+    #: the user name whose archive the token acts on (``User.username``; ``ARCHIVE_USER`` for the
+    #: operator's own tokens, which act as an admin)
+    owner: Mapped[str] = mapped_column(String(64), default="system", server_default="system", index=True)
 
 
 # ----------------------------------------------------------------------------- web UI (issue 10)
@@ -458,6 +461,7 @@ Index("ix_snapshot_domain_created_at", Snapshot.domain, Snapshot.created_at)
 Index("ix_snapshot_crawl_id_created_at", Snapshot.crawl_id, Snapshot.created_at)
 Index("ix_snapshot_tag_tag_id", SnapshotTag.tag_id)
 Index("ix_crawl_created_at", Crawl.created_at)
+Index("ix_crawl_created_by", Crawl.created_by)
 
 
 class User(Base):
@@ -474,6 +478,16 @@ class User(Base):
     last_login_at: Mapped[datetime | None]
     #: the snapshot list's layout this person chose: "list" or "grid" (``LIST_VIEWS``)
     list_view: Mapped[str] = mapped_column(String(8), default="list", server_default="list")
+    #: ``admin`` (every archive, users, operator settings, status) or ``member`` (their own archive)
+    role: Mapped[str] = mapped_column(String(16), default="member", server_default="member")
+    #: limits an admin set (None: no limit): snapshots made per UTC day, bytes of archive, crawls open
+    max_snapshots_per_day: Mapped[int | None] = mapped_column(Integer)
+    max_disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    max_concurrent_crawls: Mapped[int | None] = mapped_column(Integer)
+
+
+#: the roles of a user (``User.role``)
+ROLES = ("admin", "member")
 
 
 #: the snapshot list's layouts (``User.list_view``)
@@ -505,3 +519,27 @@ class UserSession(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(index=True)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Share(Base):
+    """Something a user shared on purpose (``ingest.access``): one snapshot (``target`` its id), a
+    tag of theirs (``target`` the tag name: their snapshots with that tag) or their whole archive
+    (``target`` ""), with every user of the instance (``audience`` ``users``) or with whoever has
+    the link (``public``: ``token_sha256`` of an unguessable token, shown once). Revoking sets
+    ``revoked_at``; a revoked share grants nothing."""
+
+    __tablename__ = "share"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(128), default="")
+    audience: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+#: what a share can be of, and with whom (``Share.kind``/``Share.audience``)
+SHARE_KINDS = ("snapshot", "tag", "archive")
+SHARE_AUDIENCES = ("users", "public")

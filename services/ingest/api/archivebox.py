@@ -37,7 +37,8 @@ from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException, ValidationException
 
 from boxcar.ingest import routes
-from boxcar.ingest.api.auth import token_from_headers, token_scope
+from boxcar.ingest.access import Viewer
+from boxcar.ingest.api.auth import token_from_headers, token_viewer
 from boxcar.ingest.api.openapi import Unprocessable
 from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
 from boxcar.ingest.services import CrawlService, InputError
@@ -124,17 +125,19 @@ def _decode[T](raw: bytes, struct: type[T], path: str) -> T:
         raise ValidationException(detail=f"Validation failed for POST {path}: {exc}") from None
 
 
-async def _require_write(request: Request, body_key: str) -> None:
-    """A valid ``write`` token from a header or the body's ``api_key``: else 401 (none, unknown, or
-    one in the query string) or 403 (read-only)."""
+async def _require_write(request: Request, body_key: str) -> Viewer:
+    """Who a valid ``write`` token from a header or the body's ``api_key`` acts for: else 401
+    (none, unknown, or one in the query string) or 403 (read-only)."""
     if "api_key" in request.query_params:
         raise NotAuthorizedException(QUERY_TOKEN_REFUSED)
     token = token_from_headers(request.headers) or body_key
-    scope = await anyio.to_thread.run_sync(token_scope, request.app.state.db, token)
-    if scope is None:
+    state = request.app.state
+    found = await anyio.to_thread.run_sync(token_viewer, state.db, token, state.settings.archive_user)
+    if found is None:
         raise NotAuthorizedException("missing or invalid API token", headers={"WWW-Authenticate": "Bearer"})
-    if scope != "write":
+    if found[0] != "write":
         raise PermissionDeniedException("this API token is read-only")
+    return found[1]
 
 
 def urls_text(urls: list[str] | str) -> str:
@@ -166,11 +169,15 @@ class ArchiveBoxController(Controller):
     @post(routes.ARCHIVEBOX_CHECK_TOKEN, status_code=200)
     async def check_api_token(self, request: Request) -> dict[str, Any]:
         """``{"token": …}`` → ``{"success": bool, "user_id": str | None}`` (ArchiveBox answers 200
-        either way). Boxcar's tokens are not yet a person's: ``user_id`` is the archive user."""
+        either way); ``user_id`` is the name of the user the token acts for."""
         body = _decode(await request.body(), ArchiveBoxTokenCheck, request.url.path)
-        scope = await anyio.to_thread.run_sync(token_scope, request.app.state.db, body.token.strip())
-        user = request.app.state.settings.archive_user if scope else None
-        return {"success": scope is not None, "user_id": user, "scope": scope}
+        state = request.app.state
+        found = await anyio.to_thread.run_sync(token_viewer, state.db, body.token.strip(), state.settings.archive_user)
+        return {
+            "success": found is not None,
+            "user_id": found[1].username if found else None,
+            "scope": found[0] if found else None,
+        }
 
     @post(routes.ARCHIVEBOX_ADD, status_code=200)
     async def add(
@@ -182,7 +189,7 @@ class ArchiveBoxController(Controller):
         """Queue the URLs as one crawl (module docstring); 401/403 as every write, 422 naming the
         field for what cannot be used (no URL at all, an unknown plugin, ``index_only``)."""
         body = _decode(await request.body(), ArchiveBoxAdd, request.url.path)
-        await _require_write(request, body.api_key)
+        viewer = await _require_write(request, body.api_key)
         if body.index_only:
             raise Unprocessable(
                 detail="index_only: Boxcar does not add URLs without archiving them", extra={"field": "index_only"}
@@ -199,6 +206,7 @@ class ArchiveBoxController(Controller):
                     max_depth=body.depth,
                     plugins=plugins,
                     only_new=False if update else None,
+                    owner=viewer.username,
                 )
             )
         except InputError as exc:
@@ -226,7 +234,7 @@ class ArchiveBoxController(Controller):
         """Delete the snapshots of each exact URL (or snapshot id) in ``filter_patterns``; a
         snapshot being captured is reported in ``errors`` and kept."""
         body = _decode(await request.body(), ArchiveBoxRemove, request.url.path)
-        await _require_write(request, body.api_key)
+        viewer = await _require_write(request, body.api_key)
         if body.filter_type != "exact":
             raise Unprocessable(
                 detail=f"filter_type {body.filter_type[:20]!r}: Boxcar removes exact URLs only",
@@ -239,9 +247,9 @@ class ArchiveBoxController(Controller):
 
         def run() -> None:
             for pattern in body.filter_patterns[:1000]:
-                for snapshot_id in library.find(pattern):
+                for snapshot_id in library.find(pattern, viewer=viewer):
                     try:
-                        if library.delete(snapshot_id):
+                        if library.delete(snapshot_id, viewer=viewer):
                             removed.append(snapshot_id)
                     except SnapshotBusy as exc:
                         errors.append(str(exc))

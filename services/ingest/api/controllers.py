@@ -16,6 +16,7 @@ from litestar.status_codes import (
 )
 
 from boxcar.ingest import routes
+from boxcar.ingest.access import Viewer
 from boxcar.ingest.api.auth import require_read_access, require_token
 from boxcar.ingest.api.openapi import (
     READ_ONE,
@@ -98,6 +99,7 @@ class CrawlController(Controller):
         data: JSONBody[CrawlCreate],
         crawl_service: NamedDependency[CrawlService],
         signals: NamedDependency[Signals],
+        viewer: NamedDependency[Viewer],
     ) -> CrawlCreated:
         """Queue URLs for archiving.
 
@@ -112,7 +114,9 @@ class CrawlController(Controller):
         """
         data = await strict_body(request, CrawlCreate)
         try:
-            crawl, admission = await anyio.to_thread.run_sync(crawl_service.create_crawl, data)
+            crawl, admission = await anyio.to_thread.run_sync(
+                lambda: crawl_service.create_crawl(data, owner=viewer.username)
+            )
         except InputError as exc:
             raise unprocessable(exc) from None
         await signals.crawl_queued(crawl.id)
@@ -132,14 +136,16 @@ class CrawlController(Controller):
         security=SECURITY,
         raises=READ_ONE,
     )
-    def get_crawl(self, crawl_id: ObjectId, crawl_service: NamedDependency[CrawlService]) -> CrawlStatus:
+    def get_crawl(
+        self, crawl_id: ObjectId, crawl_service: NamedDependency[CrawlService], viewer: NamedDependency[Viewer]
+    ) -> CrawlStatus:
         """A crawl's status with its snapshots and results counted by status.
 
         Returns:
             ``snapshots``: {queued, started, paused, sealed, total}; ``results``: {succeeded,
             failed, skipped, noresults, …}.
         """
-        status = crawl_service.crawl_status(crawl_id)
+        status = crawl_service.crawl_status(crawl_id, viewer=viewer)
         if status is None:
             raise NotFoundException(f"no crawl {crawl_id}")
         return status
@@ -160,6 +166,7 @@ class SnapshotController(Controller):
     def list_snapshots(
         self,
         crawl_service: NamedDependency[CrawlService],
+        viewer: NamedDependency[Viewer],
         crawl_id: Annotated[
             str | None, QueryParameter(description="only this crawl's snapshots", pattern=ID_PATTERN)
         ] = None,
@@ -172,7 +179,7 @@ class SnapshotController(Controller):
     ) -> SnapshotPage:
         """Snapshots, oldest first, each with its ArchiveResults and tags (``url``: has this page
         been archived before, and where)."""
-        return crawl_service.list_snapshots(crawl_id, limit, offset, url=url)
+        return crawl_service.list_snapshots(crawl_id, limit, offset, url=url, viewer=viewer)
 
     @delete(
         "/{snapshot_id:str}",
@@ -182,14 +189,16 @@ class SnapshotController(Controller):
         raises=[*WRITE_ONE, Conflict],
         sync_to_thread=True,
     )
-    def delete_snapshot(self, snapshot_id: ObjectId, library: NamedDependency[SnapshotLibrary]) -> None:
+    def delete_snapshot(
+        self, snapshot_id: ObjectId, library: NamedDependency[SnapshotLibrary], viewer: NamedDependency[Viewer]
+    ) -> None:
         """Delete a snapshot: its rows (results, processes, tag links, search entry) and its files.
 
         Returns:
             204; 404 when there is no such snapshot; 409 while it is being captured (``started``).
         """
         try:
-            found = library.delete(snapshot_id)
+            found = library.delete(snapshot_id, viewer=viewer)
         except SnapshotBusy as exc:
             raise Conflict(detail=str(exc)) from None
         if not found:
@@ -204,6 +213,7 @@ class SearchController(Controller):
     def search(
         self,
         library: NamedDependency[SnapshotLibrary],
+        viewer: NamedDependency[Viewer],
         q: Annotated[str, QueryParameter(min_length=1, max_length=1000, description="web-search syntax")],
         tag: Annotated[str | None, QueryParameter(max_length=100, description="only snapshots with this tag")] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=200)] = 20,
@@ -217,7 +227,7 @@ class SearchController(Controller):
         Returns:
             The matches with a snippet of text around the matched words.
         """
-        rows = library.search(q, tag or "", limit, offset)
+        rows = library.search(q, tag or "", limit, offset, viewer=viewer)
         return SearchPage(
             query=q,
             items=[
@@ -265,6 +275,7 @@ class CrawlControlController(Controller):
         action: Annotated[Literal["pause", "resume", "cancel"], PathParameter()],
         crawl_service: NamedDependency[CrawlService],
         signals: NamedDependency[Signals],
+        viewer: NamedDependency[Viewer],
     ) -> ControlAccepted:
         """Pause (no new snapshot starts), resume, or cancel a crawl (its running hooks are killed,
         unfinished ones recorded ``skipped``: ``cancelled``, its snapshots and then it sealed).
@@ -272,7 +283,7 @@ class CrawlControlController(Controller):
         Returns:
             202: the crawl-runner applies it within a second; follow ``GET /api/v1/crawls/{id}``.
         """
-        if await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id) is None:
+        if await anyio.to_thread.run_sync(lambda: crawl_service.crawl_status(crawl_id, viewer=viewer)) is None:
             raise NotFoundException(f"no crawl {crawl_id}")
         try:
             await signals.control("crawl", crawl_id, CrawlControl(crawl_id=crawl_id, action=action))
@@ -299,12 +310,13 @@ class FeedController(Controller):
         data: JSONBody[FeedCreate],
         feed_service: NamedDependency[FeedService],
         signals: NamedDependency[Signals],
+        viewer: NamedDependency[Viewer],
     ) -> FeedOut:
         """Subscribe to an RSS, Atom or JSON feed: polled on ``schedule`` (first poll now); each
         poll archives the items not seen before (by GUID, else link)."""
         data = await strict_body(request, FeedCreate)
         try:
-            feed = await anyio.to_thread.run_sync(feed_service.create, data)
+            feed = await anyio.to_thread.run_sync(lambda: feed_service.create(data, owner=viewer.username))
         except InputError as exc:
             raise unprocessable(exc) from None
         await signals.feed_due(feed.id)
@@ -318,9 +330,9 @@ class FeedController(Controller):
         security=SECURITY,
         raises=READS,
     )
-    def list_feeds(self, feed_service: NamedDependency[FeedService]) -> list[FeedOut]:
-        """Every feed subscription with its polling state (last error, next poll, items seen)."""
-        return feed_service.list()
+    def list_feeds(self, feed_service: NamedDependency[FeedService], viewer: NamedDependency[Viewer]) -> list[FeedOut]:
+        """The caller's feed subscriptions with their polling state (last error, next poll, items seen)."""
+        return feed_service.list(viewer=viewer)
 
     @get(
         "/{feed_id:str}",
@@ -330,9 +342,11 @@ class FeedController(Controller):
         security=SECURITY,
         raises=READ_ONE,
     )
-    def get_feed(self, feed_id: ObjectId, feed_service: NamedDependency[FeedService]) -> FeedOut:
+    def get_feed(
+        self, feed_id: ObjectId, feed_service: NamedDependency[FeedService], viewer: NamedDependency[Viewer]
+    ) -> FeedOut:
         """One feed subscription."""
-        feed = feed_service.get(feed_id)
+        feed = feed_service.get(feed_id, viewer=viewer)
         if feed is None:
             raise NotFoundException(f"no feed {feed_id}")
         return feed
@@ -350,11 +364,12 @@ class FeedController(Controller):
         feed_id: ObjectId,
         data: JSONBody[FeedUpdate],
         feed_service: NamedDependency[FeedService],
+        viewer: NamedDependency[Viewer],
     ) -> FeedOut:
         """Change a subscription's schedule, tags, depth, plugins, label or config."""
         data = await strict_body(request, FeedUpdate)
         try:
-            feed = await anyio.to_thread.run_sync(feed_service.update, feed_id, data)
+            feed = await anyio.to_thread.run_sync(lambda: feed_service.update(feed_id, data, viewer=viewer))
         except InputError as exc:
             raise unprocessable(exc) from None
         if feed is None:
@@ -362,9 +377,11 @@ class FeedController(Controller):
         return feed
 
     @delete("/{feed_id:str}", operation_id="DeleteFeed", guards=[require_token], security=SECURITY, raises=WRITE_ONE)
-    async def delete_feed(self, feed_id: ObjectId, feed_service: NamedDependency[FeedService]) -> None:
+    async def delete_feed(
+        self, feed_id: ObjectId, feed_service: NamedDependency[FeedService], viewer: NamedDependency[Viewer]
+    ) -> None:
         """Unsubscribe (crawls already made stay)."""
-        if not await anyio.to_thread.run_sync(feed_service.delete, feed_id):
+        if not await anyio.to_thread.run_sync(lambda: feed_service.delete(feed_id, viewer=viewer)):
             raise NotFoundException(f"no feed {feed_id}")
 
     @post(
@@ -381,13 +398,14 @@ class FeedController(Controller):
         action: Annotated[Literal["poll", "pause", "resume"], PathParameter()],
         feed_service: NamedDependency[FeedService],
         signals: NamedDependency[Signals],
+        viewer: NamedDependency[Viewer],
     ) -> ControlAccepted:
         """Poll now, pause or resume a subscription (applied by the crawl-runner).
 
         Returns:
             202: follow ``GET /api/v1/feeds/{id}``.
         """
-        if await anyio.to_thread.run_sync(feed_service.get, feed_id) is None:
+        if await anyio.to_thread.run_sync(lambda: feed_service.get(feed_id, viewer=viewer)) is None:
             raise NotFoundException(f"no feed {feed_id}")
         try:
             await signals.control("schedule", feed_id, ScheduleControl(schedule_id=feed_id, action=action))

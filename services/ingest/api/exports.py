@@ -24,7 +24,8 @@ from litestar.params import PathParameter, QueryParameter
 from litestar.response import File, Stream
 
 from boxcar.ingest import exports, routes
-from boxcar.ingest.api.auth import require_read_access, token_scope
+from boxcar.ingest.access import Viewer
+from boxcar.ingest.api.auth import request_viewer, require_read_access, token_viewer
 from boxcar.ingest.api.openapi import READS, SECURITY, Unprocessable
 from boxcar.ingest.library import SnapshotLibrary
 
@@ -39,9 +40,15 @@ def selection(snapshot_id: str | None, crawl_id: str | None, tag: str | None, q:
 
 
 async def export_response(
-    request: Request, library: SnapshotLibrary, format: str, chosen: exports.Selection, base_url: str
+    request: Request,
+    library: SnapshotLibrary,
+    format: str,
+    chosen: exports.Selection,
+    base_url: str,
+    viewer: Viewer,
 ) -> Response[Any]:
-    """The export of ``chosen`` in ``format``, as a download (a feed: inline).
+    """The export of what ``viewer`` may read of ``chosen`` in ``format``, as a download (a feed:
+    inline).
 
     Raises:
         NotFoundException: an unknown format.
@@ -52,7 +59,7 @@ async def export_response(
     db = request.app.state.db
     media_type, extension = exports.FORMATS[format]
     limit = exports.FEED_SIZE if format in ("rss", "atom") else exports.MAX_EXPORT
-    ids = await anyio.to_thread.run_sync(lambda: exports.selected_ids(db, library, chosen, limit))
+    ids = await anyio.to_thread.run_sync(lambda: exports.selected_ids(db, library, chosen, viewer, limit))
     if not ids and format not in ("rss", "atom"):
         raise Unprocessable(detail=f"nothing to export: no snapshot matches ({chosen.describe()})")
     name = f"boxcar-{'-'.join(p for p in (chosen.tag, chosen.crawl_id, chosen.snapshot_id) if p) or 'export'}"
@@ -70,7 +77,7 @@ async def export_response(
             path.unlink(missing_ok=True)
             raise Unprocessable(detail=str(exc)) from None
         return File(path, filename=f"{name[:80]}.wacz", media_type=media_type, background=BackgroundTask(path.unlink))
-    rows = exports.records(db, library, ids)
+    rows = exports.records(library, ids, viewer)
     if format in ("rss", "atom"):
         self_url = str(request.url.with_replacements(query=""))  # never the key: it would be in the feed
         body = await anyio.to_thread.run_sync(
@@ -117,10 +124,14 @@ class ExportController(Controller):
                 "snapshot_id, crawl_id, tag or q (and key for rss/atom)"
             )
         if key and format in ("rss", "atom"):
-            if await anyio.to_thread.run_sync(token_scope, request.app.state.db, key) != "feed":
+            state = request.app.state
+            found = await anyio.to_thread.run_sync(token_viewer, state.db, key, state.settings.archive_user)
+            if found is None or found[0] != "feed":
                 raise NotAuthorizedException("unknown or revoked feed key")
+            viewer = found[1]
         else:
             await require_read_access(request, None)  # type: ignore[arg-type]
+            viewer = request_viewer(request)
         return await export_response(
-            request, library, format, selection(snapshot_id, crawl_id, tag, q), base_url_of(request)
+            request, library, format, selection(snapshot_id, crawl_id, tag, q), base_url_of(request), viewer
         )

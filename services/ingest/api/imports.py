@@ -20,6 +20,7 @@ from litestar.status_codes import (
 )
 
 from boxcar.ingest import routes
+from boxcar.ingest.access import Viewer
 from boxcar.ingest.api.auth import require_token
 from boxcar.ingest.api.controllers import unprocessable
 from boxcar.ingest.api.openapi import (
@@ -119,6 +120,7 @@ class ImportController(Controller):
         request: Request,
         crawl_service: NamedDependency[CrawlService],
         signals: NamedDependency[Signals],
+        viewer: NamedDependency[Viewer],
         format: Annotated[str | None, QueryParameter(description="format name; default: detect from content")] = None,
         tags: Annotated[str | None, QueryParameter(description="comma-separated tags for every entry")] = None,
         max_depth: Annotated[int, QueryParameter(ge=0, le=MAX_DEPTH)] = 0,
@@ -160,6 +162,7 @@ class ImportController(Controller):
                     max_depth=params.max_depth,
                     plugins=params.plugins,
                     only_new=params.only_new,
+                    owner=viewer.username,
                     folder_tags=params.folder_tags,
                     config=params.config,
                 )

@@ -35,7 +35,7 @@ PAGES = [
 
 @pytest.fixture
 def archive(db: Database, tmp_path: Path) -> dict:
-    accounts.create_user(db, "alice", PASSWORD)
+    accounts.create_user(db, "alice", PASSWORD, role="admin")
     now = utcnow()
     crawl = Crawl.new(user="system", first_url=PAGES[0][0], seed_count=3, now=now)
     ids = []

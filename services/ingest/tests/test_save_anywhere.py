@@ -29,7 +29,7 @@ CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 
 @pytest.fixture
 def app_client(db: Database, tmp_path: Path):
-    accounts.create_user(db, "alice", PASSWORD)
+    accounts.create_user(db, "alice", PASSWORD, role="admin")
     app = create_app(Settings(data_dir=tmp_path / "data", nats_url="nats://127.0.0.1:9"), db)
     with TestClient(app, base_url="http://boxcar.lan:8000") as c:
         yield c

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
+from boxcar.ingest.access import operator
 from boxcar.ingest.api.auth import create_token
 from boxcar.ingest.app import create_app
 from boxcar.ingest.web import accounts
@@ -34,7 +35,7 @@ def archive(db: Database, tmp_path: Path):
     """A database with a user, a sealed snapshot (an HTML page, its text, a screenshot) and its
     files, and a started one."""
     data_dir = tmp_path / "data"
-    accounts.create_user(db, "alice", PASSWORD)
+    accounts.create_user(db, "alice", PASSWORD, role="admin")
     now = utcnow()
     crawl = Crawl.new(user="system", first_url="http://site.test/", seed_count=2, now=now)
     snaps = {}
@@ -504,7 +505,7 @@ def test_archive_again_makes_a_new_crawl_and_list_pages_continue(archive):
         from boxcar.ingest.library import SnapshotFilter, SnapshotLibrary
 
         library = SnapshotLibrary(archive["db"], archive["data_dir"])
-        one = library.list(SnapshotFilter(), limit=1)
+        one = library.list(SnapshotFilter(), limit=1, viewer=operator("system"))
         rest = c.get("/", params={"cursor": one.next_cursor}, headers={"hx-request": "true"})
         assert rest.status_code == 200 and "<html" not in rest.text  # the rows alone, for htmx to append
         assert rest.text.count('class="snapshot-row"') == 1 and one.rows[0].id not in rest.text

@@ -24,7 +24,7 @@ import hashlib
 import logging
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from argon2 import PasswordHasher
@@ -34,9 +34,21 @@ from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from sqlalchemy import delete, select, update
 
+from boxcar.ingest.access import ANONYMOUS, SHARES_COOKIE, Viewer, live_share_ids
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, insert_for
-from boxcar.shared.db.models import LIST_VIEWS, LoginThrottle, User, UserSession
+from boxcar.shared.db.models import (
+    LIST_VIEWS,
+    ROLES,
+    ApiToken,
+    Crawl,
+    CrawlSchedule,
+    LoginThrottle,
+    Share,
+    Snapshot,
+    User,
+    UserSession,
+)
 from boxcar.shared.ids import new_id
 
 log = logging.getLogger("boxcar.ingest.web.accounts")
@@ -57,33 +69,19 @@ class AccountError(ValueError):
     """A user name or password that can't be used; ``str()`` says why."""
 
 
-@dataclass(frozen=True)
-class Viewer:
-    """Who is looking: a logged-in user (``user_id``/``username``), or nobody (both empty)."""
-
-    user_id: str = ""
-    username: str = ""
-    #: the snapshot list's layout this person chose (``User.list_view``)
-    list_view: str = "list"
-
-    @property
-    def logged_in(self) -> bool:
-        return bool(self.user_id)
-
-
-ANONYMOUS = Viewer()
-
-
 def _sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_user(db: Database, username: str, password: str) -> str:
-    """Create a user; returns its id.
+def create_user(db: Database, username: str, password: str, role: str = "member") -> str:
+    """Create a user (``role`` ``admin`` or ``member``); returns its id.
 
     Raises:
-        AccountError: a bad or taken user name, or a password shorter than 8 characters.
+        AccountError: a bad or taken user name, an unknown role, or a password shorter than 8
+            characters.
     """
+    if role not in ROLES:
+        raise AccountError(f"role must be one of {', '.join(ROLES)}")
     if not USERNAME.match(username):
         raise AccountError("user names are 1–64 letters, digits or . _ @ -")
     if len(password) < 8:
@@ -92,7 +90,7 @@ def create_user(db: Database, username: str, password: str) -> str:
         if s.scalar(select(User.id).where(User.username == username)):
             raise AccountError(f"user {username!r} exists already")
         user_id = new_id()
-        s.add(User(id=user_id, username=username, password_hash=_hasher.hash(password), created_at=utcnow()))
+        s.add(User(id=user_id, username=username, password_hash=_hasher.hash(password), created_at=utcnow(), role=role))
     return user_id
 
 
@@ -216,13 +214,13 @@ def session_viewer(db: Database, token: str, max_age: int) -> Viewer:
     digest = _sha256(token)
     with db.read() as s:
         row = s.execute(
-            select(UserSession.last_seen_at, User.id, User.username, User.list_view)
+            select(UserSession.last_seen_at, User.id, User.username, User.list_view, User.role)
             .join(User, User.id == UserSession.user_id)
             .where(UserSession.token_sha256 == digest, UserSession.expires_at > now, User.is_active.is_(True))
         ).first()
     if row is None:
         return ANONYMOUS
-    last_seen, user_id, username, list_view = row
+    last_seen, user_id, username, list_view, role = row
     if now - last_seen > timedelta(seconds=60):
         with db.write() as s:
             s.execute(
@@ -230,7 +228,7 @@ def session_viewer(db: Database, token: str, max_age: int) -> Viewer:
                 .where(UserSession.token_sha256 == digest)
                 .values(last_seen_at=now, expires_at=now + timedelta(seconds=max_age))
             )
-    return Viewer(user_id=user_id, username=username, list_view=list_view)
+    return Viewer(user_id=user_id, username=username, list_view=list_view, role=role)
 
 
 def set_list_view(db: Database, user_id: str, view: str) -> None:
@@ -252,16 +250,29 @@ def end_session(db: Database, token: str) -> None:
             s.execute(delete(UserSession).where(UserSession.token_sha256 == _sha256(token)))
 
 
+def opened_share_tokens(cookie: str) -> list[str]:
+    """The public-link tokens kept in the ``SHARES_COOKIE`` value (newest last)."""
+    return [t for t in cookie.split(".") if t][-20:]
+
+
 async def viewer_of(connection: ASGIConnection) -> Viewer:
-    """The request's viewer, looked up once per request."""
+    """The request's viewer from its session cookie (and the public links it opened), looked up
+    once per request. API paths never read cookies: their viewer comes from the API token
+    (``api.auth``), and is anonymous without one."""
     import anyio.to_thread
 
     cached = connection.scope.get("boxcar_viewer")
     if cached is None:
+        if connection.url.path.startswith("/api/"):
+            return ANONYMOUS
         state = connection.app.state
         cached = await anyio.to_thread.run_sync(
             session_viewer, state.db, connection.cookies.get(SESSION_COOKIE, ""), state.settings.session_max_age
         )
+        tokens = opened_share_tokens(connection.cookies.get(SHARES_COOKIE, ""))
+        if tokens:
+            shares = await anyio.to_thread.run_sync(live_share_ids, state.db, tokens)
+            cached = replace(cached, share_ids=shares)
         connection.scope["boxcar_viewer"] = cached
     return cached
 
@@ -277,6 +288,121 @@ async def require_login(connection: ASGIConnection, _: BaseRouteHandler) -> None
 
 
 async def require_viewer(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """Guard of pages that only show the archive: a session, or ``PUBLIC_READS=true``."""
-    if not connection.app.state.public_reads:
+    """Guard of pages that only show the archive: a session, a public link opened, or
+    ``PUBLIC_READS=true`` (what each may read is ``access.readable_snapshots``' to say)."""
+    if not connection.app.state.public_reads and not (await viewer_of(connection)).share_ids:
         await require_login(connection, _)
+
+
+async def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Guard of the admin's pages (users, status): a member gets a 404, as for a page that is not."""
+    viewer = await viewer_of(connection)
+    if not viewer.logged_in:
+        raise LoginRequired("log in first")
+    if not viewer.is_admin:
+        from litestar.exceptions import NotFoundException
+
+        raise NotFoundException("Not Found")
+
+
+# ----------------------------------------------------------------------------- admin: users (issue 28)
+
+
+def set_active(db: Database, username: str, active: bool) -> bool:
+    """Enable or disable a user; a disabled user's sessions end and their API tokens stop working
+    (their archive stays). False when there is no such user."""
+    with db.write() as s:
+        user = s.scalar(select(User).where(User.username == username))
+        if user is None:
+            return False
+        user.is_active = active
+        if not active:
+            s.execute(delete(UserSession).where(UserSession.user_id == user.id))
+    return True
+
+
+def set_role(db: Database, username: str, role: str) -> bool:
+    """Make a user an ``admin`` or a ``member``; False when there is no such user.
+
+    Raises:
+        AccountError: an unknown role.
+    """
+    if role not in ROLES:
+        raise AccountError(f"role must be one of {', '.join(ROLES)}")
+    with db.write() as s:
+        return bool(s.execute(update(User).where(User.username == username).values(role=role)).rowcount)
+
+
+#: what becomes of a removed user's snapshots (``remove_user``): asked, never assumed
+REMOVAL_CHOICES = ("keep", "reassign", "delete")
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What removing a user did: snapshots kept (still under their name, admins see them),
+    reassigned (to ``to``) or deleted; feeds/schedules, tokens and shares ended."""
+
+    username: str
+    snapshots: int
+    choice: str
+    to: str = ""
+
+
+def remove_user(db: Database, username: str, snapshots: str, to: str = "", delete_snapshot=None) -> Removal | None:
+    """Remove a user. Their sessions, API tokens and shares end at once; their snapshots are, as
+    ``snapshots`` says: ``keep`` (kept under their name: admins still see them and may reassign
+    them later by removing again), ``reassign`` (crawls, snapshots and schedules become ``to``'s;
+    files stay where they are, ``ONLY_NEW``'s keys follow the new owner) or ``delete`` (each removed
+    with ``delete_snapshot(snapshot_id)``, ``SnapshotLibrary.delete``: rows, search entry, files).
+
+    Returns:
+        What was done; None when there is no such user.
+
+    Raises:
+        AccountError: an unknown choice, ``reassign`` without an existing other user ``to``, or
+            ``delete`` without ``delete_snapshot``.
+    """
+    from boxcar.shared.db.models import dedup_key
+
+    if snapshots not in REMOVAL_CHOICES:
+        raise AccountError(f"say what happens to the user's snapshots: {', '.join(REMOVAL_CHOICES)}")
+    with db.write() as s:
+        user = s.scalar(select(User).where(User.username == username))
+        if user is None:
+            return None
+        if snapshots == "reassign" and (to == username or not s.scalar(select(User.id).where(User.username == to))):
+            raise AccountError(f"reassign to another existing user (not {to!r})")
+        if snapshots == "delete" and delete_snapshot is None:
+            raise AccountError("deleting snapshots needs the archive")
+        owned = select(Crawl.id).where(Crawl.created_by == username)
+        ids = list(s.scalars(select(Snapshot.id).where(Snapshot.crawl_id.in_(owned))))
+        s.execute(update(ApiToken).where(ApiToken.owner == username).values(revoked=True))
+        s.execute(update(Share).where(Share.owner == username, Share.revoked_at.is_(None)).values(revoked_at=utcnow()))
+        if snapshots == "reassign":
+            keyed = s.execute(
+                select(Snapshot.id, Snapshot.url_hash).where(
+                    Snapshot.crawl_id.in_(owned), Snapshot.dedup_key.is_not(None)
+                )
+            ).all()
+            taken = set(
+                s.scalars(
+                    select(Snapshot.dedup_key).where(
+                        Snapshot.crawl_id.in_(select(Crawl.id).where(Crawl.created_by == to)),
+                        Snapshot.dedup_key.is_not(None),
+                    )
+                )
+            )
+            for sid, hashed in keyed:
+                key = dedup_key(to, hashed)
+                s.execute(update(Snapshot).where(Snapshot.id == sid).values(dedup_key=None if key in taken else key))
+                taken.add(key)
+            s.execute(update(Crawl).where(Crawl.created_by == username).values(created_by=to))
+            s.execute(update(CrawlSchedule).where(CrawlSchedule.created_by == username).values(created_by=to))
+        else:
+            s.execute(delete(CrawlSchedule).where(CrawlSchedule.created_by == username))
+        s.delete(user)
+    if snapshots == "delete":
+        for sid in ids:
+            delete_snapshot(sid)
+    log.warning("removed user %s (%d snapshots %s%s)", username, len(ids), snapshots, f" to {to}" if to else "")
+    return Removal(username, len(ids), snapshots, to)

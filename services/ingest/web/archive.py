@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import select
 
+from boxcar.ingest.access import Viewer, readable_snapshots
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Snapshot
 from boxcar.shared.settings import Settings
@@ -70,28 +71,33 @@ class ArchiveFiles:
         self.db = db
         self.data_dir = settings.data_dir
         self.mode = settings.archive_security_mode
+        self.public_reads = settings.public_reads
+        self.operator_name = settings.archive_user
 
-    def snapshot_dir(self, snapshot_id: str) -> Path | None:
-        """The snapshot's directory, resolved, when it exists inside ``DATA_DIR/archive``."""
+    def snapshot_dir(self, snapshot_id: str, viewer: Viewer) -> Path | None:
+        """The snapshot's directory, resolved, when ``viewer`` may read the snapshot
+        (``access.readable_snapshots``) and it exists inside ``DATA_DIR/archive``."""
         if not SNAPSHOT_ID.match(snapshot_id):
             return None
+        readable = readable_snapshots(viewer, self.public_reads, self.operator_name)
         with self.db.read() as s:
-            output_dir = s.scalar(select(Snapshot.output_dir).where(Snapshot.id == snapshot_id))
+            output_dir = s.scalar(select(Snapshot.output_dir).where(Snapshot.id == snapshot_id, readable))
         if not output_dir:
             return None
         archive = (self.data_dir / "archive").resolve()
         path = (self.data_dir / output_dir).resolve()
         return path if path.is_relative_to(archive) and path != archive and path.is_dir() else None
 
-    def find(self, snapshot_id: str, path: str) -> ArchivedFile | None:
+    def find(self, snapshot_id: str, path: str, viewer: Viewer) -> ArchivedFile | None:
         """The file at ``path`` in the snapshot's directory (a directory gives its ``index.html``),
-        or None: no such snapshot or file, or a path that leaves the directory in any way."""
+        or None: no such snapshot (that ``viewer`` may read) or file, or a path that leaves the
+        directory in any way."""
         parts = path.split("/")
         if any(p in ("", ".", "..") or p.startswith(".") or "\x00" in p or "\\" in p for p in parts):
             return None
         if is_executor_internal(path):
             return None  # the browser's DevTools address and other executor state: never served
-        root = self.snapshot_dir(snapshot_id)
+        root = self.snapshot_dir(snapshot_id, viewer)
         if root is None:
             return None
         target = root.joinpath(*parts)

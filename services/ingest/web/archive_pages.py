@@ -14,7 +14,7 @@ from litestar.response import File, Redirect, Template
 
 from boxcar.ingest.library import SnapshotLibrary
 from boxcar.ingest.web import replay
-from boxcar.ingest.web.accounts import require_viewer
+from boxcar.ingest.web.accounts import require_viewer, viewer_of
 from boxcar.ingest.web.archive import ArchiveFiles, archive_origin
 
 PathStr = Annotated[str, PathParameter()]
@@ -42,7 +42,8 @@ class ArchiveFilesController(Controller):
             if not origin:
                 raise NotFoundException("ARCHIVE_SECURITY_MODE=separate-origin needs ARCHIVE_PORT or ARCHIVE_ORIGIN")
             return Redirect(f"{origin}{request.url.path}", status_code=307)
-        found = await anyio.to_thread.run_sync(archive_files.find, snapshot_id, path.lstrip("/"))
+        viewer = await viewer_of(request)
+        found = await anyio.to_thread.run_sync(archive_files.find, snapshot_id, path.lstrip("/"), viewer)
         if found is None:
             raise NotFoundException(NOT_FOUND)
         attachment = "attachment" in found.headers.get("Content-Disposition", "")
@@ -66,7 +67,8 @@ class ReplayController(Controller):
         self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
     ) -> Template:
         """The viewer of the snapshot's WARC, starting at its URL."""
-        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        viewer = await viewer_of(request)
+        detail = await anyio.to_thread.run_sync(lambda: library.detail(snapshot_id[:32], viewer=viewer))
         if detail is None or "warc" not in detail.links or not replay.available(request.app.state.settings):
             raise NotFoundException("nothing to replay")
         snap = detail.snapshot

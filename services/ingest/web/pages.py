@@ -23,12 +23,13 @@ from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter, QueryParameter
 from litestar.response import Redirect, Template
 
-from boxcar.ingest import routes
+from boxcar.ingest import access, routes
 from boxcar.ingest.api.auth import SCOPES, create_token, list_tokens, revoke_token
 from boxcar.ingest.api.exports import base_url_of, export_response, selection
 from boxcar.ingest.api.schemas import CrawlCreate, FeedCreate, SeedIn
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotBusy, SnapshotFilter, SnapshotLibrary
+from boxcar.ingest.quotas import QuotaExceeded
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.ingest.signals import BusUnavailable, Signals
 from boxcar.ingest.web import accounts, replay
@@ -144,7 +145,9 @@ class SnapshotPages(Controller):
         date_to: QueryStr = "",
         cursor: QueryStr = "",
     ) -> Template:
-        """The snapshot list, newest first, or search results (``q``), with filters."""
+        """The snapshot list, newest first, or search results (``q``), with filters: what the
+        viewer may read (``access.readable_snapshots``)."""
+        viewer = await viewer_of(request)
         end = _date(date_to)
         filters = SnapshotFilter(
             tag=tag,
@@ -155,14 +158,14 @@ class SnapshotPages(Controller):
             date_to=end + timedelta(days=1) if end else None,
             q=q,
         )
-        page = await anyio.to_thread.run_sync(lambda: library.list(filters, cursor[:100]))
+        page = await anyio.to_thread.run_sync(lambda: library.list(filters, cursor[:100], viewer=viewer))
         params = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
         next_url = "/?" + urlencode({**params, "cursor": page.next_cursor}) if page.next_cursor else ""
-        view = (await viewer_of(request)).list_view
+        view = viewer.list_view
         context = {"page": page, "next_url": next_url, "q": q, "view": view}
         if _is_htmx(request) and cursor:
             return await render(request, "_snapshot_cards.html" if view == "grid" else "_snapshot_rows.html", **context)
-        tags = await anyio.to_thread.run_sync(library.tags)
+        tags = await anyio.to_thread.run_sync(lambda: library.tags(viewer=viewer))
         return await render(
             request,
             "snapshots.html",
@@ -179,15 +182,33 @@ class SnapshotPages(Controller):
     async def snapshot(
         self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
     ) -> Template:
-        """One snapshot: its facts, tags, outputs, every result, and the actions."""
-        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        """One snapshot: its facts, tags, outputs, every result, and the actions (its owner's)."""
+        viewer = await viewer_of(request)
+        detail = await anyio.to_thread.run_sync(lambda: library.detail(snapshot_id[:32], viewer=viewer))
         if detail is None:
             raise NotFoundException(f"no snapshot {snapshot_id[:32]}")
+        mine = await anyio.to_thread.run_sync(lambda: library.can_change(detail.snapshot.id, viewer=viewer))
+        shares = []
+        if mine and viewer.logged_in:
+            shares = [
+                x
+                for x in await anyio.to_thread.run_sync(access.list_shares, request.app.state.db, viewer)
+                if x.kind == "snapshot" and x.target == detail.snapshot.id
+            ]
         settings = request.app.state.settings
         replay_url = ""
         if "warc" in detail.links and archive_origin(settings, str(request.url)) and replay.available(settings):
             replay_url = f"/snapshots/{snapshot_id}/replay"
-        return await render(request, "snapshot.html", snap=detail.snapshot, detail=detail, replay_url=replay_url)
+        return await render(
+            request,
+            "snapshot.html",
+            snap=detail.snapshot,
+            detail=detail,
+            replay_url=replay_url,
+            mine=mine,
+            shares=shares,
+            new_link=str(request.query_params.get("link", ""))[:200],
+        )
 
     @get(f"/snapshots/{ID}/changes", guards=[require_viewer])
     async def changes(
@@ -195,7 +216,8 @@ class SnapshotPages(Controller):
     ) -> Template:
         """What changed in the readable text since the previous snapshot of this URL (htmx, when
         the section is opened)."""
-        found = await anyio.to_thread.run_sync(library.changes, snapshot_id[:32])
+        viewer = await viewer_of(request)
+        found = await anyio.to_thread.run_sync(lambda: library.changes(snapshot_id[:32], viewer=viewer))
         return await render(request, "_changes.html", changes=found)
 
     @get(f"/snapshots/{ID}/replay", guards=[require_viewer])
@@ -203,7 +225,8 @@ class SnapshotPages(Controller):
         self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
     ) -> Template:
         """The WARC replayed by ReplayWeb.page, framed from the archive origin."""
-        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        viewer = await viewer_of(request)
+        detail = await anyio.to_thread.run_sync(lambda: library.detail(snapshot_id[:32], viewer=viewer))
         origin = archive_origin(request.app.state.settings, str(request.url))
         if detail is None or "warc" not in detail.links or not origin:
             raise NotFoundException("nothing to replay")
@@ -221,13 +244,15 @@ class SnapshotPages(Controller):
     ) -> Template | Redirect:
         """Replace the snapshot's tags (the projector then re-indexes it)."""
         form = await request.form()
-        tags = await anyio.to_thread.run_sync(library.set_tags, snapshot_id[:32], _split(str(form.get("tags", ""))))
+        viewer = await viewer_of(request)
+        names = _split(str(form.get("tags", "")))
+        tags = await anyio.to_thread.run_sync(lambda: library.set_tags(snapshot_id[:32], names, viewer=viewer))
         if tags is None:
             raise NotFoundException(f"no snapshot {snapshot_id[:32]}")
         await signals.tags_changed([snapshot_id])
         if _is_htmx(request):
-            detail = await anyio.to_thread.run_sync(library.detail, snapshot_id)
-            return await render(request, "_tags.html", snap=detail.snapshot, detail=detail)
+            detail = await anyio.to_thread.run_sync(lambda: library.detail(snapshot_id[:32], viewer=viewer))
+            return await render(request, "_tags.html", snap=detail.snapshot, detail=detail, mine=True)
         return Redirect(f"/snapshots/{snapshot_id}", status_code=303)
 
     @post(f"/snapshots/{ID}/delete", guards=[require_login])
@@ -235,8 +260,9 @@ class SnapshotPages(Controller):
         self, request: Request, snapshot_id: PathStr, library: NamedDependency[SnapshotLibrary]
     ) -> Template | Redirect:
         """Delete the snapshot's rows and files (the page asked for confirmation)."""
+        viewer = await viewer_of(request)
         try:
-            found = await anyio.to_thread.run_sync(library.delete, snapshot_id[:32])
+            found = await anyio.to_thread.run_sync(lambda: library.delete(snapshot_id[:32], viewer=viewer))
         except SnapshotBusy as exc:
             return await render(request, "error.html", status_code=409, code=409, detail=str(exc))
         if not found:
@@ -246,13 +272,15 @@ class SnapshotPages(Controller):
     @post(f"/snapshots/{ID}/archive-again", guards=[require_login])
     async def archive_again(
         self,
+        request: Request,
         snapshot_id: PathStr,
         library: NamedDependency[SnapshotLibrary],
         crawl_service: NamedDependency[CrawlService],
         signals: NamedDependency[Signals],
     ) -> Redirect:
-        """A new crawl of this snapshot's URL, with its tags and its crawl's plugins."""
-        detail = await anyio.to_thread.run_sync(library.detail, snapshot_id[:32])
+        """A new crawl (the viewer's) of this snapshot's URL, with its tags and its crawl's plugins."""
+        viewer = await viewer_of(request)
+        detail = await anyio.to_thread.run_sync(lambda: library.detail(snapshot_id[:32], viewer=viewer))
         if detail is None:
             raise NotFoundException(f"no snapshot {snapshot_id[:32]}")
         body = CrawlCreate(
@@ -262,7 +290,7 @@ class SnapshotPages(Controller):
             only_new=False,
             label=f"again: {detail.snapshot.title or detail.snapshot.url}"[:200],
         )
-        crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, body)
+        crawl, _ = await anyio.to_thread.run_sync(lambda: crawl_service.create_crawl(body, owner=viewer.username))
         await signals.crawl_queued(crawl.id)
         return Redirect(f"/crawls/{crawl.id}", status_code=303)
 
@@ -279,6 +307,7 @@ class SnapshotPages(Controller):
         ``export`` (a JSON Lines download) or ``delete`` (the page asked once; a snapshot being
         captured is kept and named)."""
         form = await request.form()
+        viewer = await viewer_of(request)
         ids = list(dict.fromkeys(str(i)[:32] for i in form.getall("ids")))[:BULK_LIMIT] if "ids" in form else []
         action = str(form.get("action", ""))
         tags = _split(str(form.get("tags", "")))
@@ -289,13 +318,13 @@ class SnapshotPages(Controller):
             if not tags:
                 return await render(request, "error.html", status_code=422, code=422, detail=f"{action}: give tags")
             change = library.add_tags if action == "tag" else library.remove_tags
-            found = await anyio.to_thread.run_sync(change, ids, tags)
+            found = await anyio.to_thread.run_sync(lambda: change(ids, tags, viewer=viewer))
             await signals.tags_changed(found)
             return Redirect(
                 _with_flash(back, f"{'Tagged' if action == 'tag' else 'Untagged'} {len(found)}."), status_code=303
             )
         if action == "export":
-            rows = await anyio.to_thread.run_sync(library.export_rows, ids)
+            rows = await anyio.to_thread.run_sync(lambda: library.export_rows(ids, viewer=viewer))
             body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
             return Response(
                 body,
@@ -303,12 +332,12 @@ class SnapshotPages(Controller):
                 headers={"Content-Disposition": 'attachment; filename="boxcar-snapshots.jsonl"'},
             )
         if action == "archive-again":
-            rows = await anyio.to_thread.run_sync(library.export_rows, ids)
+            rows = await anyio.to_thread.run_sync(lambda: library.export_rows(ids, viewer=viewer))
             seeds: list[str | SeedIn] = [SeedIn(url=r["url"], title=r["title"], tags=r["tags"]) for r in rows]
             if not seeds:
                 raise NotFoundException("none of these snapshots exists")
             create = CrawlCreate(urls=seeds, only_new=False, label=f"again: {len(seeds)} snapshot(s)")
-            crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, create)
+            crawl, _ = await anyio.to_thread.run_sync(lambda: crawl_service.create_crawl(create, owner=viewer.username))
             await signals.crawl_queued(crawl.id)
             return Redirect(f"/crawls/{crawl.id}", status_code=303)
         if action == "delete":
@@ -319,7 +348,7 @@ class SnapshotPages(Controller):
                 nonlocal deleted
                 for sid in ids:
                     try:
-                        deleted += library.delete(sid)
+                        deleted += library.delete(sid, viewer=viewer)
                     except SnapshotBusy:
                         busy.append(sid)
 
@@ -341,7 +370,8 @@ class SnapshotPages(Controller):
     ) -> Response:
         """The export links of the list, snapshot and crawl pages (``api/exports.py``)."""
         chosen = selection(snapshot_id[:32], crawl_id[:32], tag[:100], q[:1000])
-        return await export_response(request, library, format[:10], chosen, base_url_of(request))
+        viewer = await viewer_of(request)
+        return await export_response(request, library, format[:10], chosen, base_url_of(request), viewer)
 
     @post(routes.LIST_VIEW, guards=[require_login])
     async def list_view(self, request: Request) -> Redirect:
@@ -364,7 +394,8 @@ class CrawlPages(Controller):
     async def crawls(
         self, request: Request, library: NamedDependency[SnapshotLibrary], cursor: QueryStr = ""
     ) -> Template:
-        rows, nxt = await anyio.to_thread.run_sync(lambda: library.crawls(cursor[:100]))
+        viewer = await viewer_of(request)
+        rows, nxt = await anyio.to_thread.run_sync(lambda: library.crawls(cursor[:100], viewer=viewer))
         return await render(request, "crawls.html", crawls=rows, next_cursor=nxt)
 
     @get("/crawls/{crawl_id:str}", guards=[require_viewer])
@@ -376,10 +407,11 @@ class CrawlPages(Controller):
         library: NamedDependency[SnapshotLibrary],
     ) -> Template:
         """A crawl's progress (live) and its newest snapshots."""
-        status = await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32])
+        viewer = await viewer_of(request)
+        status = await anyio.to_thread.run_sync(lambda: crawl_service.crawl_status(crawl_id[:32], viewer=viewer))
         if status is None:
             raise NotFoundException(f"no crawl {crawl_id[:32]}")
-        page = await anyio.to_thread.run_sync(lambda: library.list(SnapshotFilter(crawl_id=status.id)))
+        page = await anyio.to_thread.run_sync(lambda: library.list(SnapshotFilter(crawl_id=status.id), viewer=viewer))
         next_url = f"/?crawl_id={status.id}&cursor={page.next_cursor}" if page.next_cursor else ""
         return await render(request, "crawl.html", crawl=status, page=page, next_url=next_url)
 
@@ -388,9 +420,10 @@ class CrawlPages(Controller):
         """The crawl's trace as a waterfall (htmx, when the section is opened): the spans the stack
         kept (``boxcar.shared.spanlog``), as ``boxcar trace`` prints them."""
         folder = request.app.state.settings.span_log_dir
+        viewer = await viewer_of(request)
 
         def load() -> tuple[list[spanlog.SpanNode], float]:
-            trace_id = library.trace_id(crawl_id[:32])
+            trace_id = library.trace_id(crawl_id[:32], viewer=viewer)
             if not trace_id or folder is None:
                 return [], 0.0
             spans = list(spanlog.read_spans(folder, trace_id))
@@ -406,7 +439,8 @@ class CrawlPages(Controller):
         self, request: Request, crawl_id: PathStr, crawl_service: NamedDependency[CrawlService]
     ) -> Template:
         """The progress block alone, polled by htmx every second until the crawl is sealed."""
-        status = await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32])
+        viewer = await viewer_of(request)
+        status = await anyio.to_thread.run_sync(lambda: crawl_service.crawl_status(crawl_id[:32], viewer=viewer))
         if status is None:
             raise NotFoundException(f"no crawl {crawl_id[:32]}")
         return await render(request, "_crawl_progress.html", crawl=status)
@@ -423,7 +457,8 @@ class CrawlPages(Controller):
         """Ask the crawl-runner to pause, resume or cancel the crawl."""
         if action not in ("pause", "resume", "cancel"):
             raise NotFoundException(f"no action {action[:20]}")
-        if await anyio.to_thread.run_sync(crawl_service.crawl_status, crawl_id[:32]) is None:
+        viewer = await viewer_of(request)
+        if await anyio.to_thread.run_sync(lambda: crawl_service.crawl_status(crawl_id[:32], viewer=viewer)) is None:
             raise NotFoundException(f"no crawl {crawl_id[:32]}")
         try:
             await signals.control("crawl", crawl_id, CrawlControl(crawl_id=crawl_id, action=action))
@@ -485,7 +520,8 @@ class AddPage(Controller):
         if not files:
             return await render(request, "_add_preview.html", preview=None, error="")
         try:
-            preview = await anyio.to_thread.run_sync(crawl_service.preview, files)
+            owner = (await viewer_of(request)).username
+            preview = await anyio.to_thread.run_sync(lambda: crawl_service.preview(files, owner=owner))
         except InputError as exc:
             return await render(request, "_add_preview.html", preview=None, error=str(exc).split(": ", 1)[-1])
         return await render(request, "_add_preview.html", preview=preview, error="")
@@ -510,6 +546,7 @@ class AddPage(Controller):
         except ValueError as exc:
             return await self._form(request, crawl_service, fields, f"depth: {exc}", 422)
         urls = [line.strip() for line in fields["urls"].splitlines() if line.strip()]
+        owner = (await viewer_of(request)).username
         try:
             if files:
                 if urls:
@@ -522,6 +559,7 @@ class AddPage(Controller):
                         max_depth=depth,
                         plugins=fields["plugins"],
                         only_new=None,
+                        owner=owner,
                     )
                 )
                 crawl = outcome.crawl
@@ -531,11 +569,13 @@ class AddPage(Controller):
                     [SeedIn(url=urls[0], title=fields["title"])] if (len(urls) == 1 and fields["title"]) else list(urls)
                 )
                 body = CrawlCreate(urls=seeds, tags=_split(fields["tags"]), max_depth=depth, plugins=fields["plugins"])
-                crawl, _ = await anyio.to_thread.run_sync(crawl_service.create_crawl, body)
+                crawl, _ = await anyio.to_thread.run_sync(lambda: crawl_service.create_crawl(body, owner=owner))
             else:
                 return await self._form(request, crawl_service, fields, "give some URLs or a file", 422)
         except InputError as exc:
             return await self._form(request, crawl_service, fields, str(exc), 422)
+        except QuotaExceeded as exc:
+            return await self._form(request, crawl_service, fields, str(exc), 429)
         await signals.crawl_queued(crawl.id)
         return Redirect(f"/crawls/{crawl.id}", status_code=303)
 
@@ -547,13 +587,17 @@ class FeedPages(Controller):
 
     @get(routes.FEED_PAGES, guards=[require_viewer])
     async def feeds(self, request: Request, feed_service: NamedDependency[FeedService]) -> Template:
-        return await render(request, "feeds.html", feeds=await anyio.to_thread.run_sync(feed_service.list))
+        viewer = await viewer_of(request)
+        return await render(
+            request, "feeds.html", feeds=await anyio.to_thread.run_sync(lambda: feed_service.list(viewer=viewer))
+        )
 
     @post(routes.FEED_PAGES, guards=[require_login])
     async def subscribe(
         self, request: Request, feed_service: NamedDependency[FeedService], signals: NamedDependency[Signals]
     ) -> Template | Redirect:
         form = await request.form()
+        viewer = await viewer_of(request)
         try:
             body = FeedCreate(
                 url=str(form.get("url", "")),
@@ -561,9 +605,9 @@ class FeedPages(Controller):
                 tags=_split(str(form.get("tags", ""))),
                 max_depth=parse_depth(form.get("depth", "0")),
             )
-            feed = await anyio.to_thread.run_sync(feed_service.create, body)
+            feed = await anyio.to_thread.run_sync(lambda: feed_service.create(body, owner=viewer.username))
         except (InputError, ValueError) as exc:
-            feeds = await anyio.to_thread.run_sync(feed_service.list)
+            feeds = await anyio.to_thread.run_sync(lambda: feed_service.list(viewer=viewer))
             return await render(request, "feeds.html", status_code=422, feeds=feeds, error=str(exc))
         await signals.feed_due(feed.id)
         return Redirect("/feeds", status_code=303)
@@ -577,10 +621,11 @@ class FeedPages(Controller):
         feed_service: NamedDependency[FeedService],
         signals: NamedDependency[Signals],
     ) -> Template | Redirect:
-        if await anyio.to_thread.run_sync(feed_service.get, feed_id[:32]) is None:
+        viewer = await viewer_of(request)
+        if await anyio.to_thread.run_sync(lambda: feed_service.get(feed_id[:32], viewer=viewer)) is None:
             raise NotFoundException(f"no feed {feed_id[:32]}")
         if action == "remove":
-            await anyio.to_thread.run_sync(feed_service.delete, feed_id)
+            await anyio.to_thread.run_sync(lambda: feed_service.delete(feed_id[:32], viewer=viewer))
         elif action in ("poll", "pause", "resume"):
             try:
                 await signals.control("schedule", feed_id, ScheduleControl(schedule_id=feed_id, action=action))
@@ -659,8 +704,12 @@ class AccountPages(Controller):
 
     @get(routes.SETTINGS, guards=[require_login])
     async def settings(self, request: Request) -> Template:
-        tokens = await anyio.to_thread.run_sync(list_tokens, request.app.state.db)
-        return await render(request, "settings.html", tokens=tokens, new_token="", **save_from_anywhere(request))
+        viewer = await viewer_of(request)
+        tokens = await anyio.to_thread.run_sync(list_tokens, request.app.state.db, viewer)
+        shares = await anyio.to_thread.run_sync(access.list_shares, request.app.state.db, viewer)
+        return await render(
+            request, "settings.html", tokens=tokens, shares=shares, new_token="", **save_from_anywhere(request)
+        )
 
     @post("/settings/tokens", guards=[require_login])
     async def create(self, request: Request) -> Template:
@@ -671,13 +720,18 @@ class AccountPages(Controller):
         scope = str(form.get("scope", "")) or ("read" if form.get("read_only") else "write")
         if scope not in SCOPES:
             raise NotFoundException(f"no token scope {scope[:20]!r}")
-        token = await anyio.to_thread.run_sync(lambda: create_token(db, name or "web UI", scope=scope))
-        tokens = await anyio.to_thread.run_sync(list_tokens, db)
+        viewer = await viewer_of(request)
+        token = await anyio.to_thread.run_sync(
+            lambda: create_token(db, name or "web UI", scope=scope, owner=viewer.username)
+        )
+        tokens = await anyio.to_thread.run_sync(list_tokens, db, viewer)
+        shares = await anyio.to_thread.run_sync(access.list_shares, db, viewer)
         response = await render(
             request,
             "settings.html",
             status_code=201,
             tokens=tokens,
+            shares=shares,
             new_token=token,
             new_scope=scope,
             **save_from_anywhere(request),
@@ -687,7 +741,8 @@ class AccountPages(Controller):
 
     @post("/settings/tokens/{token_id:str}/revoke", guards=[require_login])
     async def revoke(self, request: Request, token_id: PathStr) -> Redirect:
-        if not await anyio.to_thread.run_sync(revoke_token, request.app.state.db, token_id[:32]):
+        viewer = await viewer_of(request)
+        if not await anyio.to_thread.run_sync(revoke_token, request.app.state.db, token_id[:32], viewer):
             raise NotFoundException("no such token")
         return Redirect("/settings", status_code=303)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from boxcar.crawl_runner import queries as q
+from boxcar.ingest.access import operator
 from boxcar.ingest.library import SnapshotLibrary
 from boxcar.result_projector import fulltext
 from boxcar.result_projector.projector import ResultProjector
@@ -22,6 +23,8 @@ from boxcar.shared.messages import (
     encode,
 )
 from boxcar.shared.settings import Settings
+
+ME = operator("system")
 
 
 def _result(snapshot_id: str, plugin: str, files: dict[str, int], output_str: str = "") -> tuple[str, bytes]:
@@ -56,19 +59,19 @@ def test_results_tags_and_reindex_keep_the_index(db, tmp_path: Path):
     library = SnapshotLibrary(db, settings.data_dir)
 
     projector.apply([_result(sid, "htmltotext", {"htmltotext.txt": 52})])
-    assert [r.id for r in library.search("bramble thicket")] == [sid]
-    assert library.search("bramble thicket")[0].domain == "birds.example"  # filled by the projector
+    assert [r.id for r in library.search("bramble thicket", viewer=ME)] == [sid]
+    assert library.search("bramble thicket", viewer=ME)[0].domain == "birds.example"  # filled by the projector
 
     projector.apply([_result(sid, "title", {}, "Wren song")])
-    assert [r.id for r in library.search("wren song")] == [sid]
+    assert [r.id for r in library.search("wren song", viewer=ME)] == [sid]
 
-    assert library.set_tags(sid, ["ornithology"]) == ["ornithology"]
-    assert library.search("ornithology") == []  # not yet: the projector owns the index
+    assert library.set_tags(sid, ["ornithology"], viewer=ME) == ["ornithology"]
+    assert library.search("ornithology", viewer=ME) == []  # not yet: the projector owns the index
     projector.apply([(bus.SUBJECT_TAGS_CHANGED, encode(TagsChanged(snapshot_ids=[sid])))])
-    assert [r.id for r in library.search("ornithology")] == [sid]
+    assert [r.id for r in library.search("ornithology", viewer=ME)] == [sid]
 
     with db.write() as s:
         search.remove_documents(s, [sid])
-    assert library.search("bramble") == []
+    assert library.search("bramble", viewer=ME) == []
     assert fulltext.reindex(db, settings.data_dir) == 1
-    assert [r.id for r in library.search("bramble")] == [sid]
+    assert [r.id for r in library.search("bramble", viewer=ME)] == [sid]
