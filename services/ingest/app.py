@@ -51,6 +51,7 @@ from boxcar.ingest.web.archive import ArchiveFiles
 from boxcar.ingest.web.archive_pages import ArchiveFilesController, ReplayController
 from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.ingest.web.pwa import AppShell
+from boxcar.ingest.web.sso import SSOPages
 from boxcar.shared import bus, secrets, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -184,6 +185,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             AddPage,
             FeedPages,
             AccountPages,
+            SSOPages,
             ArchiveFilesController,
             AppShell,
             create_static_files_router(
