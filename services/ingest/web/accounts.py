@@ -121,7 +121,7 @@ def create_user(db: Database, username: str, password: str) -> str:
 def provision_user(db: Database, username: str) -> str:
     """The id of the user named ``username``, created if there is none: an active user whose
     password hash is unusable (``UNUSABLE_PASSWORD_PREFIX``), so only single sign-on logs them in
-    (until ``boxcar user passwd`` gives them a password). A user found is returned as it is,
+    (until ``boxcar user password`` gives them one). A user found is returned as it is,
     disabled or not: callers check ``is_active``. Two first visits at once make one user.
 
     Raises:
