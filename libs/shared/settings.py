@@ -255,6 +255,39 @@ class Settings(BaseSettings):
     session_max_age: int = Field(
         default=14 * 24 * 3600, ge=60, description="Seconds a login session lasts after its last use"
     )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses or CIDRs of an authenticating reverse proxy (Authelia, Authentik, oauth2-proxy) "
+        "whose TRUSTED_USER_HEADER logs the web UI in; the header is ignored from any other peer (empty: off), "
+        "comma-separated",
+    )
+    trusted_user_header: str = Field(
+        default="Remote-User",
+        description="Header naming the user the proxy authenticated (Remote-User: Authelia, Authentik; "
+        "X-Forwarded-User: oauth2-proxy)",
+    )
+    trusted_header_create_users: bool = Field(
+        default=False, description="Create the user the trusted header names on its first visit (true/false)"
+    )
+    oidc_issuer: str = Field(
+        default="",
+        description="OpenID Connect issuer URL for the login page's single sign-on button (discovery at "
+        "ISSUER/.well-known/openid-configuration; empty: off)",
+    )
+    oidc_client_id: str = Field(default="", description="Boxcar's client id at the OpenID provider")
+    oidc_client_secret: str = Field(default="", description="Its client secret (empty: a public client, PKCE only)")
+    oidc_username_claim: str = Field(
+        default="preferred_username", description="ID token or userinfo claim that is the Boxcar user name"
+    )
+    oidc_create_users: bool = Field(
+        default=True, description="Create the user on their first single sign-on (true/false)"
+    )
+    oidc_scopes: str = Field(default="openid profile email", description="Scopes asked of the OpenID provider")
+    oidc_redirect_uri: str = Field(
+        default="",
+        description="Callback URL registered at the provider (default: /login/oidc/callback on the URL the "
+        "browser used; set it behind a proxy that changes the scheme or host)",
+    )
     archive_security_mode: Literal["no-scripts", "sandboxed-scripts", "separate-origin"] = Field(
         default="no-scripts",
         description="How archived pages are served (ArchiveBox's SERVER_SECURITY_MODE idea): no-scripts (a "
@@ -286,6 +319,20 @@ class Settings(BaseSettings):
     @classmethod
     def _split_csv(cls, value: object) -> object:
         return _csv(value)
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: object) -> object:
+        import ipaddress
+
+        value = _csv(value)
+        if isinstance(value, list):
+            for item in value:
+                try:
+                    ipaddress.ip_network(str(item), strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"TRUSTED_PROXIES: {item!r} is no IP address or CIDR network") from exc
+        return value
 
     @field_validator("snapshot_max_size", mode="before")
     @classmethod

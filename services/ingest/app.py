@@ -54,6 +54,7 @@ from boxcar.ingest.web.archive_pages import ArchiveFilesController, ReplayContro
 from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.ingest.web.people import AdminPages, SharePages
 from boxcar.ingest.web.pwa import AppShell
+from boxcar.ingest.web.sso import SSOPages
 from boxcar.shared import bus, secrets, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -201,6 +202,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             AccountPages,
             SharePages,
             AdminPages,
+            SSOPages,
             ArchiveFilesController,
             AppShell,
             create_static_files_router(

@@ -6,14 +6,25 @@ second, the largest share of an idle stack's CPU. Ticking once a second keeps th
 header exact to the second, as uvicorn's own refresh does; setting ``should_exit`` wakes the
 loop at once, so a stop does not wait for the next tick (a stopping ``boxcar add`` waited half a
 second on average for it).
+
+Behind a reverse proxy uvicorn replaces the request's client address with the one the proxy put in
+``X-Forwarded-For`` (when the proxy is in ``FORWARDED_ALLOW_IPS``, default loopback). Logins are
+throttled by that address, but trusted-header single sign-on must judge the TCP peer itself
+(``accounts.trusted_header_user``), so ``RecordPeer`` keeps it in the scope before uvicorn's
+proxy-headers middleware rewrites the client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+from typing import Any
 
 import uvicorn
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+from boxcar.ingest.web.accounts import PEER_SCOPE_KEY
 
 #: Seconds between two ticks (uvicorn: 0.1).
 TICK = 1.0
@@ -62,10 +73,34 @@ class Server(uvicorn.Server):
             should_exit = await self.on_tick(counter)
 
 
+class RecordPeer:
+    """ASGI middleware: the connection's TCP peer ``(host, port)`` kept in
+    ``scope[PEER_SCOPE_KEY]``, then uvicorn's proxy-headers middleware (``FORWARDED_ALLOW_IPS``,
+    as uvicorn would apply it) and the app."""
+
+    def __init__(self, app: Any) -> None:
+        trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+        self.app = ProxyHeadersMiddleware(app, trusted_hosts=trusted)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            scope[PEER_SCOPE_KEY] = scope.get("client")
+        await self.app(scope, receive, send)
+
+
 def server(app, host: str, port: int, *, handle_signals: bool = True) -> Server:
     """A server for one Litestar app on ``host:port``: warnings only, no access log (requests are
-    traced instead), lifespan events on (the app opens and closes its NATS connection there)."""
+    traced instead), lifespan events on (the app opens and closes its NATS connection there), the
+    TCP peer recorded before proxy headers are applied (``RecordPeer``)."""
     return Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"),
+        uvicorn.Config(
+            RecordPeer(app),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            proxy_headers=False,  # RecordPeer applies them, after noting the peer
+        ),
         handle_signals=handle_signals,
     )

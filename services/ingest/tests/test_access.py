@@ -194,6 +194,8 @@ ROUTES = {
     "/feeds/{feed_id:str}/{action:str}": "write",
     "/healthz": "public",
     "/login": "public",
+    "/login/oidc": "public",
+    "/login/oidc/callback": "public",
     "/logout": "public",
     "/manifest.webmanifest": "public",
     "/metrics": "read",

@@ -16,23 +16,36 @@ row, at most ``MAX_LOCKOUT``); a locked-out login is refused without checking th
 429 with ``Retry-After``), a success clears the account's count. Unknown names are counted like
 real ones and every refusal reads the same, so the answers never tell which accounts exist.
 Each failure and lock-out is logged with the name and address.
+
+Single sign-on (README "Single sign-on") adds two more ways in, both ending in the same users:
+behind an authenticating reverse proxy (Authelia, Authentik, oauth2-proxy) a request from a peer
+in ``TRUSTED_PROXIES`` is that of the user its ``TRUSTED_USER_HEADER`` names
+(``trusted_header_user``: the one place that rule lives; ``viewer_of`` applies it to every
+request), and OpenID Connect logins (``web/sso.py``) start an ordinary session. Users they create
+(``provision_user``) have an unusable password hash, so only single sign-on logs them in.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import ipaddress
 import logging
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
+from litestar.response import Response
 from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
 
 from boxcar.ingest.access import ANONYMOUS, SHARES_COOKIE, Viewer, live_share_ids
 from boxcar.shared.clock import utcnow
@@ -51,6 +64,9 @@ from boxcar.shared.db.models import (
 )
 from boxcar.shared.ids import new_id
 
+if TYPE_CHECKING:
+    from boxcar.shared.settings import Settings
+
 log = logging.getLogger("boxcar.ingest.web.accounts")
 
 SESSION_COOKIE = "boxcar_session"
@@ -59,10 +75,16 @@ MAX_CLIENT_FAILURES = 20
 FAILURE_WINDOW = timedelta(minutes=15)
 LOCKOUT = timedelta(minutes=1)
 MAX_LOCKOUT = timedelta(hours=1)
+#: where the server keeps the TCP peer ``(host, port)`` before proxy headers rewrite the client
+#: (``server.RecordPeer``)
+PEER_SCOPE_KEY = "boxcar_peer"
 USERNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _hasher = PasswordHasher()  # Argon2id with argon2-cffi's current (RFC 9106 low-memory) parameters
 # Checked against when a user name is unknown, so a login takes as long either way.
 _DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
+#: the first character of the password hash of users single sign-on created: no Argon2 hash starts
+#: with it, so ``authenticate`` (argon2's verify: ``InvalidHashError``) never accepts a password
+UNUSABLE_PASSWORD_PREFIX = "!"
 
 
 class AccountError(ValueError):
@@ -92,6 +114,51 @@ def create_user(db: Database, username: str, password: str, role: str = "member"
         user_id = new_id()
         s.add(User(id=user_id, username=username, password_hash=_hasher.hash(password), created_at=utcnow(), role=role))
     return user_id
+
+
+def provision_user(db: Database, username: str) -> str:
+    """The id of the user named ``username``, created if there is none: an active user whose
+    password hash is unusable (``UNUSABLE_PASSWORD_PREFIX``), so only single sign-on logs them in
+    (until ``boxcar user password`` gives them one). A user found is returned as it is,
+    disabled or not: callers check ``is_active``. Two first visits at once make one user.
+
+    Raises:
+        AccountError: ``username`` is not a valid user name (``USERNAME``).
+    """
+    if not USERNAME.match(username):
+        raise AccountError("user names are 1–64 letters, digits or . _ @ -")
+    with db.read() as s:
+        found = s.scalar(select(User.id).where(User.username == username))
+    if found:
+        return found
+    user_id = new_id()
+    unusable = UNUSABLE_PASSWORD_PREFIX + secrets.token_hex(16)
+    try:
+        with db.write() as s:
+            s.add(User(id=user_id, username=username, password_hash=unusable, created_at=utcnow()))
+    except IntegrityError:  # made at the same moment by another request or replica
+        with db.read() as s:
+            found = s.scalar(select(User.id).where(User.username == username))
+        if not found:
+            raise
+        return found
+    log.info("created user %r on their first single sign-on", username)
+    return user_id
+
+
+def sso_user_id(db: Database, username: str, create: bool) -> str | None:
+    """The id of the *active* user ``username`` for a single sign-on, created first when ``create``
+    and missing (``provision_user``); None for an invalid name, an unknown one (``create`` off)
+    or a disabled user."""
+    if not USERNAME.match(username):
+        return None
+    if create:
+        provision_user(db, username)
+    with db.read() as s:
+        row = s.execute(select(User.id, User.is_active).where(User.username == username)).first()
+    if row is None or not row.is_active:
+        return None
+    return row.id
 
 
 def set_password(db: Database, username: str, password: str) -> bool:
@@ -205,6 +272,12 @@ def start_session(db: Database, user_id: str, max_age: int) -> str:
     return token
 
 
+def set_session_cookie(response: Response, token: str, max_age: int, secure: bool) -> None:
+    """Give the browser its session: the cookie every login (password or single sign-on) sets,
+    HttpOnly, SameSite=Lax, ``Secure`` when the request came over TLS."""
+    response.set_cookie(SESSION_COOKIE, token, max_age=max_age, httponly=True, samesite="lax", secure=secure, path="/")
+
+
 def session_viewer(db: Database, token: str, max_age: int) -> Viewer:
     """The user of a live session token (its expiry pushed forward at most once a minute), else
     ``ANONYMOUS``."""
@@ -255,10 +328,63 @@ def opened_share_tokens(cookie: str) -> list[str]:
     return [t for t in cookie.split(".") if t][-20:]
 
 
+@functools.cache
+def _networks(proxies: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
+
+
+def trusted_header_user(settings: Settings, client_host: str | None, headers: Mapping[str, str]) -> str | None:
+    """The user name an authenticating reverse proxy vouches for, or None.
+
+    The rule, in this one place: the header ``TRUSTED_USER_HEADER`` counts only when the request's
+    TCP peer (``client_host``, never a forwarded-for header) is inside ``TRUSTED_PROXIES``; from
+    any other peer, or with the setting empty, it is ignored entirely. An IPv4-mapped IPv6 peer
+    (``::ffff:10.0.0.5``) is compared as its IPv4 address. A name that is not a valid user name
+    (``USERNAME``) is None too. Whether the user exists and is active is ``sso_user_id``'s to say.
+
+    Args:
+        settings: ``trusted_proxies`` (validated CIDRs) and ``trusted_user_header``.
+        client_host: the peer address as the server saw it (``request.client.host``), or None.
+        headers: the request's headers (case-insensitive, as Litestar's are).
+    """
+    if not settings.trusted_proxies or not client_host:
+        return None
+    try:
+        peer = ipaddress.ip_address(client_host)
+    except ValueError:  # a unix socket's peer, or the test client's "testclient"
+        return None
+    if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+        peer = peer.ipv4_mapped
+    if not any(peer in net for net in _networks(tuple(settings.trusted_proxies)) if net.version == peer.version):
+        return None
+    name = (
+        headers.get(settings.trusted_user_header) or headers.get(settings.trusted_user_header.lower()) or ""
+    ).strip()
+    return name if USERNAME.match(name) else None
+
+
+def header_viewer(db: Database, username: str, create: bool) -> Viewer:
+    """The ``Viewer`` of a user the trusted proxy named (``trusted_header_user``): created first
+    when ``create`` (``TRUSTED_HEADER_CREATE_USERS``), else ``ANONYMOUS`` when unknown or
+    disabled."""
+    user_id = sso_user_id(db, username, create)
+    if user_id is None:
+        return ANONYMOUS
+    with db.read() as s:
+        row = s.execute(select(User.username, User.list_view, User.role).where(User.id == user_id)).first()
+    if row is None:
+        return ANONYMOUS
+    return Viewer(user_id=user_id, username=row.username, list_view=row.list_view, role=row.role)
+
+
 async def viewer_of(connection: ASGIConnection) -> Viewer:
-    """The request's viewer from its session cookie (and the public links it opened), looked up
-    once per request. API paths never read cookies: their viewer comes from the API token
-    (``api.auth``), and is anonymous without one."""
+    """The request's viewer, looked up once per request: the user a trusted proxy's header names
+    when the request came from one (``trusted_header_user``, judged on the TCP peer the server
+    recorded, ``PEER_SCOPE_KEY``, else the client address; then that header alone decides, a
+    session cookie is not consulted), else the session cookie's user, else ``ANONYMOUS``; with
+    the public links the browser opened (``SHARES_COOKIE``) in ``share_ids``. API paths never read
+    cookies or the proxy's header: their viewer comes from the API token (``api.auth``), and is
+    anonymous without one."""
     import anyio.to_thread
 
     cached = connection.scope.get("boxcar_viewer")
@@ -266,9 +392,20 @@ async def viewer_of(connection: ASGIConnection) -> Viewer:
         if connection.url.path.startswith("/api/"):
             return ANONYMOUS
         state = connection.app.state
-        cached = await anyio.to_thread.run_sync(
-            session_viewer, state.db, connection.cookies.get(SESSION_COOKIE, ""), state.settings.session_max_age
-        )
+        settings = state.settings
+        peer = connection.scope.get(PEER_SCOPE_KEY) or connection.scope.get("client")  # type: ignore[call-overload]
+        client = str(peer[0]) if peer else None
+        proxied = trusted_header_user(settings, client, connection.headers)
+        if proxied is None and settings.trusted_proxies and connection.headers.get(settings.trusted_user_header):
+            log.debug("ignored %s from untrusted or invalid source %s", settings.trusted_user_header, client)
+        if proxied is not None:
+            cached = await anyio.to_thread.run_sync(
+                header_viewer, state.db, proxied, settings.trusted_header_create_users
+            )
+        else:
+            cached = await anyio.to_thread.run_sync(
+                session_viewer, state.db, connection.cookies.get(SESSION_COOKIE, ""), settings.session_max_age
+            )
         tokens = opened_share_tokens(connection.cookies.get(SHARES_COOKIE, ""))
         if tokens:
             shares = await anyio.to_thread.run_sync(live_share_ids, state.db, tokens)

@@ -684,15 +684,7 @@ class AccountPages(Controller):
             accounts.start_session, state.db, user_id, state.settings.session_max_age
         )
         response = Redirect(next_url, status_code=303)
-        response.set_cookie(
-            SESSION_COOKIE,
-            token,
-            max_age=state.settings.session_max_age,
-            httponly=True,
-            samesite="lax",
-            secure=request.url.scheme == "https",
-            path="/",
-        )
+        accounts.set_session_cookie(response, token, state.settings.session_max_age, request.url.scheme == "https")
         return response
 
     @post(routes.LOGOUT)
