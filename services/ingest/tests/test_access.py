@@ -460,3 +460,28 @@ def test_removing_a_user_asks_and_does_what_was_chosen(household):
             c.get("/api/v1/snapshots", headers={"Authorization": f"Bearer {household['tokens']['bob']}"}).status_code
             == 401
         )
+
+
+def test_boxcar_user_commands(tmp_path):
+    """``boxcar user create --admin``, ``list``, ``limits``, ``disable``, ``remove``: removing asks
+    what happens to the snapshots and refuses to guess."""
+    from click.testing import CliRunner
+
+    from boxcar.cli.main import cli
+
+    data = ["--data-dir", str(tmp_path / "data")]
+    run = CliRunner().invoke
+    env = {"BOXCAR_PASSWORD": PASSWORD, "DATABASE_URL": ""}
+    assert run(cli, ["user", "create", "root", "--admin", *data], env=env).exit_code == 0
+    assert run(cli, ["user", "create", "carol", *data], env=env).exit_code == 0
+    assert run(cli, ["user", "limits", "carol", "--per-day", "5", *data]).exit_code == 0
+    assert run(cli, ["user", "disable", "carol", *data]).exit_code == 0
+    listed = run(cli, ["user", "list", "--json", *data])
+    rows = {r["username"]: r for r in map(__import__("json").loads, listed.output.splitlines())}
+    assert rows["root"]["role"] == "admin" and rows["carol"]["role"] == "member"
+    assert rows["carol"]["max_snapshots_per_day"] == 5 and rows["carol"]["active"] is False
+    asked = run(cli, ["user", "remove", "carol", "--yes", *data], input="\n")  # no answer: nothing done
+    assert asked.exit_code != 0 and "keep, reassign or delete" in asked.output
+    done = run(cli, ["user", "remove", "carol", "--snapshots", "reassign", "--to", "root", "--yes", *data])
+    assert done.exit_code == 0, done.output
+    assert "carol" not in run(cli, ["user", "list", "--json", *data]).output
