@@ -265,15 +265,24 @@ def test_every_route_is_in_the_matrix(household):
     assert set(ROUTES) - found == set(), "routes that are gone"
 
 
-@pytest.mark.parametrize("caller", ["bob", "nobody", "bob-with-token"])
+@pytest.mark.parametrize("caller", ["bob", "nobody", "bob-with-token", "link-holder", "bob-with-a-share"])
 def test_nobody_but_the_owner_gets_anything_of_hers(household, caller):
-    """Every route, every method: Bob (a member, by session or by his token) and nobody get a
-    refusal or an answer without any of Alice's markers; her snapshot, files, crawl, feed and
-    schedule survive every write they try."""
+    """Every route, every method: Bob (a member, by session or by his token), nobody, somebody
+    holding a public link to Bob's snapshot, and Bob with Root's archive shared with every user
+    get a refusal or an answer without any of Alice's markers; her snapshot, files, crawl, feed
+    and schedule survive every write they try."""
     ids = household["ids"]
+    db = household["db"]
     with client(household) as c:
-        if caller == "bob":
+        if caller in ("bob", "bob-with-a-share"):
             log_in(c, "bob")
+        if caller == "bob-with-a-share":
+            access.create_share(db, access.Viewer(username="root", role="admin"), "archive", "", "users")
+        if caller == "link-holder":
+            bob = access.Viewer(username="bob", role="member")
+            link = access.create_share(db, bob, "snapshot", ids["bob"]["snapshot"], "public")
+            assert c.get(f"/s/{link.token}", follow_redirects=False).status_code == 303
+            assert "Bobs page" in c.get(f"/snapshots/{ids['bob']['snapshot']}").text
         token = household["tokens"]["bob"] if caller == "bob-with-token" else ""
         csrf = csrf_of(c)
         for path, methods in sorted(routes_of(c.app).items()):
