@@ -127,3 +127,20 @@ def npm_tool(package: str, version: str, path: str) -> Path:
             timeout=600,
         )
     return target
+
+
+#: Debian's Chromium, which Playwright drives (browser downloads are blocked here)
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@contextlib.contextmanager
+def chromium_browser() -> Iterator:
+    """A headless Playwright ``Browser`` on Debian's Chromium (``CHROMIUM``)."""
+    from playwright import sync_api
+
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()

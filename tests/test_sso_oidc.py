@@ -36,10 +36,9 @@ from boxcar.ingest.web import accounts
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import User
 from boxcar.shared.settings import Settings
-from tests.helpers import npm_tool, wait_until
+from tests.helpers import CHROMIUM, chromium_browser, npm_tool, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (pip) is needed for browser tests")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 OIDC_PROVIDER_VERSION = "9.13.3"
 SCRIPT = Path(__file__).resolve().parent / "oidc_provider" / "provider.mjs"
 CLIENT_ID, CLIENT_SECRET, ACCOUNT = "boxcar", "a client secret for tests", "carol"
@@ -106,10 +105,8 @@ def sso(tmp_path_factory) -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+    with chromium_browser() as chromium:
         yield chromium
-        chromium.close()
 
 
 def sign_in_at_provider(page, issuer: str) -> None:

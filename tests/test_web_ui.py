@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -27,10 +26,9 @@ from boxcar.ingest.web import replay
 from boxcar.ingest.web.accounts import create_user
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
-from tests.helpers import load_crawl, npm_tool, serve_directory, ui_stack, wait_until
+from tests.helpers import CHROMIUM, chromium_browser, load_crawl, npm_tool, serve_directory, ui_stack, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (pip) is needed for browser tests")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PASSWORD = "a long enough password"
 PHRASE = "amber kestrel hovered above the quarry"
 ARTICLE = f"""<!doctype html><html><head><title>Kestrel field notes</title></head><body>
@@ -80,10 +78,8 @@ def stack(tmp_path_factory, lib_dir: Path) -> Iterator[EmbeddedStack]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+    with chromium_browser() as chromium:
         yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

@@ -45,8 +45,7 @@ def user_create(data_dir, name, admin, password) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per user")
 def user_list(data_dir, as_json) -> None:
     """Every user with their role, state, snapshots, disk and limits."""
-    import json
-
+    import msgspec
     from rich.table import Table
 
     from boxcar.ingest.quotas import usage
@@ -54,7 +53,7 @@ def user_list(data_dir, as_json) -> None:
     rows = usage(open_database(settings_for(data_dir)))
     if as_json:
         for u in rows:
-            click.echo(json.dumps(u.__dict__))
+            click.echo(msgspec.json.encode(u).decode())
         return
     table = Table("user", "role", "active", "snapshots", "today", "disk", "open crawls", "limits")
     for u in rows:

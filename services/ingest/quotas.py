@@ -6,8 +6,7 @@ crawl that was admitted runs to its end."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 from sqlalchemy import func, select, update
 
 from boxcar.shared.clock import utcnow
@@ -23,9 +22,9 @@ class LimitError(ValueError):
     """A limit that can't be set (negative)."""
 
 
-@dataclass(frozen=True)
-class Usage:
-    """One user's use of the archive against their limits (None: no limit)."""
+class Usage(msgspec.Struct, frozen=True):
+    """One user's use of the archive against their limits (None: no limit); ``/api/v1/status``
+    lists them."""
 
     username: str
     role: str

@@ -14,7 +14,7 @@ import msgspec
 from nats.js.errors import NotFoundError
 from sqlalchemy import func, select
 
-from boxcar.ingest.quotas import usage
+from boxcar.ingest.quotas import Usage, usage
 from boxcar.shared import bus
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl, Snapshot
@@ -48,22 +48,7 @@ class StackStatus(msgspec.Struct):
     #: ingest, nats, crawl-runner, result-projector: whether each answers (a consumer waiting or working)
     services: dict[str, bool] = {}
     #: every user's snapshots (total, today), bytes and open crawls against their limits (None: none)
-    users: list[UserUsage] = []
-
-
-class UserUsage(msgspec.Struct):
-    """One user's use of the archive (``quotas.usage``)."""
-
-    username: str
-    role: str
-    active: bool
-    snapshots: int
-    snapshots_today: int
-    disk_bytes: int
-    open_crawls: int
-    max_snapshots_per_day: int | None
-    max_disk_bytes: int | None
-    max_concurrent_crawls: int | None
+    users: list[Usage] = []
 
 
 def counts(db: Database) -> tuple[dict[str, int], dict[str, int], int]:
@@ -119,7 +104,7 @@ async def stack_status(db: Database, settings: Settings, families: FamilyTable, 
     import anyio.to_thread
 
     crawls, snapshots, size = await anyio.to_thread.run_sync(counts, db)
-    users = [msgspec.convert(u, UserUsage, from_attributes=True) for u in await anyio.to_thread.run_sync(usage, db)]
+    users = await anyio.to_thread.run_sync(usage, db)
     fams: dict[str, FamilyStatus] = {}
     connected = bool(nats is not None and nats.is_connected)
     services = {"ingest": True, "nats": connected, "crawl-runner": False, "result-projector": False}
