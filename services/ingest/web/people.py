@@ -114,10 +114,10 @@ class AdminPages(Controller):
 
     @post(routes.ADMIN_USERS)
     async def create(self, request: Request) -> Template | Redirect:
-        """A new user (a member unless ``admin`` is ticked)."""
+        """A new user (a member unless the ``role`` chosen is ``admin``)."""
         form = await request.form()
         name, password = str(form.get("username", ""))[:64], str(form.get("password", ""))[:1024]
-        role = "admin" if form.get("admin") else "member"
+        role = "admin" if str(form.get("role", "")) == "admin" else "member"
         db = request.app.state.db
         try:
             await anyio.to_thread.run_sync(lambda: accounts.create_user(db, name, password, role=role))
