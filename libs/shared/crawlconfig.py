@@ -91,6 +91,22 @@ CRAWL_SETTINGS: dict[str, CrawlSetting] = {
     "CRAWL_MAX_CONCURRENT_SNAPSHOTS": CrawlSetting(
         "int", "snapshots of one crawl in flight at once", 1, 1024, limit=True
     ),
+    "DOMAIN_MAX_CONCURRENT": CrawlSetting(
+        "int",
+        "snapshots of one host name captured at once, every crawl's together (0 = no limit)",
+        0,
+        1024,
+        limit=True,
+        zero_is_unlimited=True,
+    ),
+    "DOMAIN_REQUESTS_PER_MINUTE": CrawlSetting(
+        "int",
+        "captures of one host name started a minute, every crawl's together (0 = no limit)",
+        0,
+        100_000,
+        limit=True,
+        zero_is_unlimited=True,
+    ),
     "ONLY_NEW": CrawlSetting("bool", "skip URLs some crawl archived before"),
     "URL_ALLOWLIST": CrawlSetting("regex", "only archive URLs matching"),
     "URL_DENYLIST": CrawlSetting("regex", "never archive URLs matching"),
@@ -164,6 +180,8 @@ class CrawlConfig(msgspec.Struct, frozen=True):
         values = {
             "CRAWL_MAX_URLS": str(settings.crawl_max_urls),
             "CRAWL_MAX_CONCURRENT_SNAPSHOTS": str(settings.crawl_max_concurrent_snapshots),
+            "DOMAIN_MAX_CONCURRENT": str(settings.domain_max_concurrent),
+            "DOMAIN_REQUESTS_PER_MINUTE": str(settings.domain_requests_per_minute),
             "ONLY_NEW": str(settings.only_new).lower(),
             "URL_ALLOWLIST": settings.url_allowlist,
             "URL_DENYLIST": settings.url_denylist,
@@ -210,6 +228,11 @@ class CrawlConfig(msgspec.Struct, frozen=True):
     @property
     def max_concurrent_snapshots(self) -> int:
         return max(1, self.number("CRAWL_MAX_CONCURRENT_SNAPSHOTS", 8))
+
+    @property
+    def domain_limits(self) -> tuple[int, int]:
+        """``(DOMAIN_MAX_CONCURRENT, DOMAIN_REQUESTS_PER_MINUTE)``, 0 = no limit."""
+        return self.number("DOMAIN_MAX_CONCURRENT"), self.number("DOMAIN_REQUESTS_PER_MINUTE")
 
     @property
     def max_url_attempts(self) -> int:

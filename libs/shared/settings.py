@@ -119,6 +119,12 @@ class Settings(BaseSettings):
         description="Snapshots a crawl may grow to by following links (0 = no limit; the URLs given all count)",
     )
     crawl_max_concurrent_snapshots: int = Field(default=8, ge=1, description="Snapshots of one crawl in flight at once")
+    domain_max_concurrent: int = Field(
+        default=0, ge=0, description="Snapshots of one host name captured at once, all crawls together (0 = no limit)"
+    )
+    domain_requests_per_minute: int = Field(
+        default=0, ge=0, description="Captures of one host name started per minute, all crawls together (0 = no limit)"
+    )
     crawl_timeout: int = Field(
         default=0, ge=0, description="Seconds a crawl may run before it is stopped (0 = no limit)"
     )

@@ -224,12 +224,16 @@ class Decisions:
         out: list[bus.Outgoing] = []
         with self.db.write() as s:
             crawl = _row(s, Crawl, crawl_id)
-            free = self._config(crawl).max_concurrent_snapshots - q.started_count(s, crawl_id)
+            config = self._config(crawl)
+            free = config.max_concurrent_snapshots - q.started_count(s, crawl_id)
             if free <= 0:
                 return []
             plan = self._plan(crawl)
             with tracer.start_as_current_span("snapshot.start", context=telemetry.context_from(crawl.trace_context)):
-                for snap in q.claim_queued_snapshots(s, crawl_id, free, now, self.snapshot_lease, plan.first_stage):
+                claimed = q.claim_queued_snapshots(
+                    s, crawl_id, free, now, self.snapshot_lease, plan.first_stage, config.domain_limits
+                )
+                for snap in claimed:
                     out.append(self._snapshot_event(snap, "started", now))
                     out += self._dispatch_stage(s, crawl, snap, plan, snap.stage, now)
         return out

@@ -54,7 +54,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Update, exists, func, or_, select, update
+from sqlalchemy import CursorResult, Update, exists, func, or_, select, text, true, update
 from sqlalchemy.orm import Session
 
 from boxcar.shared.db import BATCH, attach_tags, insert_for
@@ -75,9 +75,12 @@ from boxcar.shared.db.models import (
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import ResultStatus, Seed
 from boxcar.shared.storage import snapshot_dir
+from boxcar.shared.urls import url_domain
 
 QUEUED, STARTED, PAUSED, SEALED = Status.QUEUED, Status.STARTED, Status.PAUSED, Status.SEALED
 TASK_OPEN = (TaskStatus.PLANNED, TaskStatus.DISPATCHED)
+#: pg_advisory_xact_lock key serialising per-host claims (``host_allowance``): "bxhost"
+HOST_CLAIM_LOCK = 0x627868_6F7374
 
 
 def _one(s: Session, stmt: Update) -> bool:
@@ -320,6 +323,7 @@ def insert_snapshots(
                 "attempts": 0,
                 "credentials": seed.credentials,
                 "refusal": "",
+                "domain": url_domain(seed.url),  # known now: per-host politeness needs it at the claim
                 "output_dir": snapshot_dir(crawl.created_by, bookmarked, seed.url, sid),
             }
         )
@@ -402,29 +406,83 @@ def started_count(s: Session, crawl_id: str) -> int:
     return count or 0
 
 
+def host_allowance(s: Session, now: datetime, limits: tuple[int, int]) -> dict[str, int]:
+    """Per-host politeness (``DOMAIN_MAX_CONCURRENT``, ``DOMAIN_REQUESTS_PER_MINUTE``; 0 = no
+    limit): how many more captures each host that is busy may start now, every crawl's and every
+    runner's together (the database is the one place they all see): its concurrency limit minus
+    its snapshots ``started``, and its per-minute limit minus the captures started in the last 60
+    seconds, whichever is less. Hosts not listed may start any number. On Postgres a transaction
+    lock serialises the runners' claims, so two replicas never both take a host's last slot."""
+    most, per_minute = limits
+    if not most and not per_minute:
+        return {}
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": HOST_CLAIM_LOCK})
+    left: dict[str, int] = {}
+    if most:
+        for domain, busy in s.execute(
+            select(Snapshot.domain, func.count()).where(Snapshot.status == STARTED).group_by(Snapshot.domain)
+        ):
+            left[domain] = most - busy
+    if per_minute:
+        for domain, recent in s.execute(
+            select(Snapshot.domain, func.count())
+            .where(Snapshot.started_at > now - timedelta(minutes=1))
+            .group_by(Snapshot.domain)
+        ):
+            left[domain] = min(left.get(domain, per_minute), per_minute - recent)
+    return left
+
+
 def claim_queued_snapshots(
-    s: Session, crawl_id: str, n: int, now: datetime, lease: timedelta, first_stage: int
+    s: Session,
+    crawl_id: str,
+    n: int,
+    now: datetime,
+    lease: timedelta,
+    first_stage: int,
+    host_limits: tuple[int, int] = (0, 0),
 ) -> list[Snapshot]:
     """``queued → started`` at ``first_stage`` for up to ``n`` due snapshots of a crawl,
-    shallowest and oldest first, each with a lease and one more attempt."""
+    shallowest and oldest first, each with a lease and one more attempt; with ``host_limits``
+    (``host_allowance``) a host that has used its allowance keeps its snapshots queued while other
+    hosts' go ahead."""
     if n <= 0:
         return []
+    allowance = host_allowance(s, now, host_limits)
+    full = [domain for domain, left in allowance.items() if left <= 0]
     candidates = (
-        select(Snapshot.id)
+        select(Snapshot.id, Snapshot.domain)
         .where(Snapshot.crawl_id == crawl_id, Snapshot.status == QUEUED, Snapshot.retry_at <= now)
+        .where(Snapshot.domain.not_in(full) if full else true())
         .order_by(Snapshot.depth, Snapshot.created_at)
-        .limit(n)
+        .limit(n if not allowance else n * 8)
     )
     if s.get_bind().dialect.name == "postgresql":
         candidates = candidates.with_for_update(skip_locked=True)
+    chosen: list[str] = []
+    for snapshot_id, domain in s.execute(candidates):
+        if domain in allowance:
+            if allowance[domain] <= 0:
+                continue
+            allowance[domain] -= 1
+        elif any(host_limits):  # a host not busy yet: a fresh allowance
+            most, per_minute = host_limits
+            allowance[domain] = min(x for x in (most or n, per_minute or n)) - 1
+        chosen.append(snapshot_id)
+        if len(chosen) >= n:
+            break
+    if not chosen:
+        return []
     stmt = (
         update(Snapshot)
-        .where(Snapshot.id.in_(candidates.scalar_subquery()), Snapshot.status == QUEUED)
+        .where(Snapshot.id.in_(chosen), Snapshot.status == QUEUED)
         .values(
             status=STARTED,
             stage=first_stage,
             retry_at=now + lease,
             modified_at=now,
+            started_at=now,
             attempts=Snapshot.attempts + 1,
         )
         .returning(Snapshot.id)

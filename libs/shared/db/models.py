@@ -256,6 +256,8 @@ class Snapshot(Base):
     network_error: Mapped[str] = mapped_column(Text, default="")
     #: captures tried so far (a 429/5xx or network error is retried up to MAX_URL_ATTEMPTS)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: when its latest capture started (``queued → started``): per-host politeness counts these
+    started_at: Mapped[datetime | None]
     #: the URL's userinfo sealed by ``boxcar.shared.secrets`` ("" when none); never plain text
     credentials: Mapped[str] = mapped_column(Text, default="")
     #: when the result-projector last wrote a complete ``index.jsonl`` (None: not yet, or stale)
@@ -458,6 +460,7 @@ class ApiToken(Base):
 Index("ix_snapshot_created_at_id", Snapshot.created_at, Snapshot.id)
 Index("ix_snapshot_status_created_at", Snapshot.status, Snapshot.created_at)
 Index("ix_snapshot_domain_created_at", Snapshot.domain, Snapshot.created_at)
+Index("ix_snapshot_domain_status_started_at", Snapshot.domain, Snapshot.status, Snapshot.started_at)
 Index("ix_snapshot_crawl_id_created_at", Snapshot.crawl_id, Snapshot.created_at)
 Index("ix_snapshot_tag_tag_id", SnapshotTag.tag_id)
 Index("ix_crawl_created_at", Crawl.created_at)
