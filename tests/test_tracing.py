@@ -117,3 +117,65 @@ def test_boxcar_trace_prints_a_crawl_s_waterfall_from_the_kept_spans(tmp_path, n
         assert 'id="trace"' in c.get(f"/crawls/{crawl_id}").text
         waterfall = c.get(f"/crawls/{crawl_id}/trace").text
     assert waterfall.count("hook on_Snapshot__35_wget.finite.bg (wget)") == 3 and 'class="span-bar"' in waterfall
+
+
+def test_a_crawl_runner_killed_mid_crawl_stays_in_the_crawls_trace(tmp_path, nats_url, make_stack, site_urls):
+    """SIGKILL the crawl-runner while a crawl runs; the supervisor starts a new one, which picks the
+    crawl up from the database with the crawl's stored trace context: its spans (in a span file of
+    its own, a new pid) join the same trace, and ``boxcar trace`` shows one trace for the crawl."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from boxcar.shared.db import Database
+    from boxcar.shared.spanlog import read_spans
+    from tests.faults.harness import wait_progress
+
+    url = f"sqlite:///{tmp_path / 'index.sqlite3'}"
+    stack = make_stack(url, nats_url, env={"PLUGINS": "wget,hashes", "CRAWL_MAX_CONCURRENT_SNAPSHOTS": "2"})
+    urls = site_urls(12)
+    crawl_id = submit(stack, urls=urls)
+    db = Database(url)
+    wait_progress(db, crawl_id, 2)
+    runner = next(c for c in stack.children if c.name == "crawl-runner")
+    old_pid = runner.proc.pid
+    os.kill(old_pid, signal.SIGKILL)
+    runner.proc.wait()
+    assert "crawl-runner" in stack.supervise_once()
+    wait_sealed(stack, crawl_id, timeout=300)
+    stack.stop(grace=20)
+    db.dispose()
+
+    logs = stack.data_dir / "logs"
+    runner_files = {p.name for p in logs.glob("spans-crawl-runner-*.jsonl*")}
+    new_files = [name for name in runner_files if f"-{old_pid}." not in name]
+    assert new_files, runner_files  # the restarted runner wrote spans of its own
+    spans = list(read_spans(logs))
+    of_crawl = {s["traceId"] for s in spans if s["attributes"].get("boxcar.crawl_id") == crawl_id}
+    assert len(of_crawl) == 1, of_crawl  # one trace, before and after the restart
+    [trace_id] = of_crawl
+    new_runner_spans = [s for name in new_files for s in read_spans_file(logs / name) if s["traceId"] == trace_id]
+    assert new_runner_spans, "the restarted runner's work is in the crawl's trace"
+    boxcar = str(Path(sys.executable).parent / "boxcar")
+    run = subprocess.run(
+        [boxcar, "trace", crawl_id, "--json", "--data-dir", str(stack.data_dir)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    printed = [json.loads(line) for line in run.stdout.splitlines()]
+    assert {s["traceId"] for s in printed} == {trace_id}
+    assert sum(1 for s in printed if s["name"] == "hook on_Snapshot__35_wget.finite.bg") == len(urls)
+
+
+def read_spans_file(path) -> list[dict]:
+    """The spans of one span file (``spanlog.read_spans`` reads a folder)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from boxcar.shared.spanlog import read_spans
+
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(path, Path(folder) / path.name)
+        return list(read_spans(Path(folder)))
