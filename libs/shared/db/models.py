@@ -546,3 +546,55 @@ class Share(Base):
 #: what a share can be of, and with whom (``Share.kind``/``Share.audience``)
 SHARE_KINDS = ("snapshot", "tag", "archive")
 SHARE_AUDIENCES = ("users", "public")
+
+
+# ----------------------------------------------------------------------------- webhooks (issue 30)
+
+
+class Webhook(Base):
+    """A URL told about events of its owner's archive (``scope`` ``user``) or, made by an admin,
+    of every archive (``instance``). Ingest creates and deletes these rows; the secret that signs
+    each request is kept sealed (``secrets.seal``) and shown once, at creation."""
+
+    __tablename__ = "webhook"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    secret_sealed: Mapped[str] = mapped_column(Text)
+    #: the event names it wants (``WEBHOOK_EVENTS``)
+    events: Mapped[list[Any]] = mapped_column(default=list)
+    scope: Mapped[str] = mapped_column(String(16), default="user")
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+#: the events a webhook may ask for, and its scopes (``Webhook.events``/``Webhook.scope``)
+WEBHOOK_EVENTS = ("snapshot.sealed", "crawl.sealed", "crawl.failed")
+WEBHOOK_SCOPES = ("user", "instance")
+
+
+class WebhookDelivery(Base):
+    """One event to send to one webhook (the webhook-sender owns these rows): ``pending`` (due at
+    ``next_attempt_at``, which is also the lease of a sender sending it), then ``delivered`` or,
+    after ``WEBHOOK_MAX_ATTEMPTS``, ``failed``. ``event_key`` makes a redelivered event insert
+    nothing."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (UniqueConstraint("webhook_id", "event_key"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhook.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))
+    event_key: Mapped[str] = mapped_column(String(128))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(index=True)
+    response_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str] = mapped_column(String(1000), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivered_at: Mapped[datetime | None]
+
+
+Index("ix_webhook_delivery_webhook_id_created_at", WebhookDelivery.webhook_id, WebhookDelivery.created_at)
