@@ -1,7 +1,7 @@
 """``python -m boxcar.cli.allinone --families F,…``: the whole stack as tasks of one process.
 
 The embedded stack's default shape (``EMBEDDED_SHAPE=one``): ingest (uvicorn), the crawl-runner,
-the result-projector, the binary-resolver and one hook-executor control loop per family run on
+the result-projector, the binary-resolver, the webhook-sender and one hook-executor control loop per family run on
 one event loop, sharing one egress proxy and one warm interpreter; hooks stay child processes.
 Each service is the same class its own ``python -m boxcar.<service>`` runs, talking to the others
 over NATS exactly as in Compose — only the process boundary is gone, and with it eight Python
@@ -26,6 +26,7 @@ from boxcar.shared.db import Database
 from boxcar.shared.procutil import limit_malloc_arenas
 from boxcar.shared.service import setup_logging
 from boxcar.shared.settings import get_settings
+from boxcar.webhook_sender.sender import WebhookSender
 
 log = logging.getLogger("boxcar")
 
@@ -43,6 +44,7 @@ async def main(families: list[str]) -> None:
     runner = CrawlRunner(settings, db)
     projector = ResultProjector(settings, db)
     resolver = BinaryResolver(settings)
+    webhooks = WebhookSender(settings, db)
     executors = [HookExecutor(settings, family, shared=shared) for family in families]
     servers = [server(create_app(settings, db), settings.api_host, settings.api_port, handle_signals=False)]
     if settings.archive_port:  # archived files and WARC replay, on their own origin
@@ -54,7 +56,7 @@ async def main(families: list[str]) -> None:
         log.info("%s received: finishing current work", signame)
         for http in servers:
             http.should_exit = True
-        for service in (runner, projector, resolver, *executors):
+        for service in (runner, projector, resolver, webhooks, *executors):
             service.stop()
 
     loop = asyncio.get_running_loop()
@@ -66,6 +68,7 @@ async def main(families: list[str]) -> None:
             runner.run(),
             projector.run(),
             resolver.run(),
+            webhooks.run(),
             *(e.run() for e in executors),
         )
     finally:

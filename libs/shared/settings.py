@@ -256,6 +256,19 @@ class Settings(BaseSettings):
         default=False,
         description="Serve GET endpoints, the snapshot list and snapshot pages without a token or login (true/false)",
     )
+    public_url: str = Field(
+        default="",
+        description="Public base URL of the web UI and API, e.g. https://boxcar.example.lan (webhooks' links; "
+        "empty: links are relative)",
+    )
+
+    # --- webhooks (the webhook-sender)
+    webhook_max_attempts: int = Field(
+        default=6, ge=1, description="Times a webhook delivery is tried before it is marked failed"
+    )
+    webhook_retry_seconds: float = Field(
+        default=30.0, gt=0, description="Seconds before a failed webhook delivery's first retry (doubled each time)"
+    )
 
     # --- the web UI
     session_max_age: int = Field(

@@ -91,6 +91,7 @@ async def services_alive(js) -> dict[str, bool]:
     for name, stream, consumer in (
         ("crawl-runner", bus.EVENTS_STREAM, bus.RUNNER_CONSUMER),
         ("result-projector", bus.EVENTS_STREAM, bus.PROJECTOR_CONSUMER),
+        ("webhook-sender", bus.EVENTS_STREAM, bus.WEBHOOK_CRAWL_CONSUMER),
     ):
         try:
             info = await js.consumer_info(stream, consumer)
@@ -107,7 +108,13 @@ async def stack_status(db: Database, settings: Settings, families: FamilyTable, 
     users = await anyio.to_thread.run_sync(usage, db)
     fams: dict[str, FamilyStatus] = {}
     connected = bool(nats is not None and nats.is_connected)
-    services = {"ingest": True, "nats": connected, "crawl-runner": False, "result-projector": False}
+    services = {
+        "ingest": True,
+        "nats": connected,
+        "crawl-runner": False,
+        "result-projector": False,
+        "webhook-sender": False,
+    }
     if connected:
         fams = await family_status(nats.jetstream(), families)
         services.update(await services_alive(nats.jetstream()))
