@@ -35,6 +35,7 @@ from boxcar.ingest.api.controllers import (
     FeedController,
     SearchController,
     SnapshotController,
+    WebhookController,
 )
 from boxcar.ingest.api.exports import ExportController
 from boxcar.ingest.api.imports import ImportController
@@ -55,6 +56,7 @@ from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages
 from boxcar.ingest.web.people import AdminPages, SharePages
 from boxcar.ingest.web.pwa import AppShell
 from boxcar.ingest.web.sso import SSOPages
+from boxcar.ingest.webhooks import WebhookService
 from boxcar.shared import bus, secrets, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
@@ -148,6 +150,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     signals = Signals()
     library = SnapshotLibrary(db, settings.data_dir, settings.public_reads, settings.archive_user)
     archive_files = ArchiveFiles(db, settings)
+    webhooks = WebhookService(db, settings)
 
     async def connect_nats(app: Litestar) -> None:
         # In the background: the API serves (and runners poll the database) while NATS is away.
@@ -189,6 +192,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             SearchController,
             ImportController,
             FeedController,
+            WebhookController,
             ArchiveBoxController,
             ScheduleController,
             ExportController,
@@ -229,6 +233,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
         dependencies={
             "crawl_service": Provide(lambda: service, sync_to_thread=False),
             "feed_service": Provide(lambda: feeds, sync_to_thread=False),
+            "webhook_service": Provide(lambda: webhooks, sync_to_thread=False),
             "schedule_service": Provide(lambda: url_schedules, sync_to_thread=False),
             "signals": Provide(lambda: signals, sync_to_thread=False),
             "library": Provide(lambda: library, sync_to_thread=False),

@@ -38,11 +38,16 @@ from boxcar.ingest.api.schemas import (
     SearchHitOut,
     SearchPage,
     SnapshotPage,
+    WebhookCreate,
+    WebhookCreated,
+    WebhookDeliveryOut,
+    WebhookOut,
 )
 from boxcar.ingest.feeds import FeedService
 from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
 from boxcar.ingest.services import CrawlService, InputError
 from boxcar.ingest.signals import BusUnavailable, Signals
+from boxcar.ingest.webhooks import WebhookService
 from boxcar.shared.messages import CrawlControl, ScheduleControl
 
 ID_PATTERN = r"^[0-9a-f]{32}$"
@@ -412,3 +417,74 @@ class FeedController(Controller):
         except BusUnavailable as exc:
             raise unavailable(exc) from None
         return ControlAccepted(id=feed_id, action=action)
+
+
+class WebhookController(Controller):
+    path = routes.WEBHOOKS
+    tags = ["webhooks"]
+
+    @post(
+        "/",
+        operation_id="CreateWebhook",
+        status_code=HTTP_201_CREATED,
+        guards=[require_token],
+        security=SECURITY,
+        raises=WRITES,
+    )
+    async def create_webhook(
+        self,
+        request: Request,
+        data: JSONBody[WebhookCreate],
+        webhook_service: NamedDependency[WebhookService],
+        viewer: NamedDependency[Viewer],
+    ) -> WebhookCreated:
+        """Send ``events`` (snapshot.sealed, crawl.sealed, crawl.failed) of the caller's archive
+        (``scope`` user) or, for an admin, of every archive (``instance``) to ``url``: a signed
+        JSON POST, retried with back-off. The signing secret is in this answer only."""
+        data = await strict_body(request, WebhookCreate)
+        try:
+            return await anyio.to_thread.run_sync(lambda: webhook_service.create(data, viewer))
+        except InputError as exc:
+            raise unprocessable(exc) from None
+
+    @get(
+        "/",
+        operation_id="ListWebhooks",
+        sync_to_thread=True,
+        guards=[require_read_access],
+        security=SECURITY,
+        raises=READS,
+    )
+    def list_webhooks(
+        self, webhook_service: NamedDependency[WebhookService], viewer: NamedDependency[Viewer]
+    ) -> list[WebhookOut]:
+        """The caller's webhooks (an admin's: every one)."""
+        return webhook_service.list(viewer)
+
+    @delete(
+        "/{webhook_id:str}", operation_id="DeleteWebhook", guards=[require_token], security=SECURITY, raises=WRITE_ONE
+    )
+    async def delete_webhook(
+        self, webhook_id: ObjectId, webhook_service: NamedDependency[WebhookService], viewer: NamedDependency[Viewer]
+    ) -> None:
+        """Delete a webhook and its delivery log."""
+        if not await anyio.to_thread.run_sync(lambda: webhook_service.delete(webhook_id, viewer)):
+            raise NotFoundException(f"no webhook {webhook_id}")
+
+    @get(
+        "/{webhook_id:str}/deliveries",
+        operation_id="ListWebhookDeliveries",
+        sync_to_thread=True,
+        guards=[require_read_access],
+        security=SECURITY,
+        raises=READ_ONE,
+    )
+    def deliveries(
+        self, webhook_id: ObjectId, webhook_service: NamedDependency[WebhookService], viewer: NamedDependency[Viewer]
+    ) -> list[WebhookDeliveryOut]:
+        """The webhook's last 50 deliveries, newest first: status, attempts, the receiver's
+        answer and the last error."""
+        found = webhook_service.deliveries(webhook_id, viewer)
+        if found is None:
+            raise NotFoundException(f"no webhook {webhook_id}")
+        return found

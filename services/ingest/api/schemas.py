@@ -226,3 +226,47 @@ class SearchHitOut(msgspec.Struct):
 class SearchPage(msgspec.Struct):
     query: str
     items: list[SearchHitOut]
+
+
+class WebhookCreate(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /api/v1/webhooks``: send these events to ``url`` (signed, retried)."""
+
+    url: str
+    #: any of snapshot.sealed, crawl.sealed, crawl.failed
+    events: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)]
+    #: ``user`` (the caller's archive) or, for an admin, ``instance`` (every archive)
+    scope: str = "user"
+
+
+class WebhookOut(msgspec.Struct):
+    """A webhook (its secret is never shown again)."""
+
+    id: str
+    url: str
+    events: list[str]
+    scope: str
+    owner: str
+    is_active: bool
+    created_at: datetime
+
+
+class WebhookCreated(msgspec.Struct):
+    """The new webhook and its signing secret, shown this once: ``X-Boxcar-Signature-256`` is
+    ``sha256=`` and the hex HMAC-SHA256 of the raw body with it."""
+
+    webhook: WebhookOut
+    secret: str
+
+
+class WebhookDeliveryOut(msgspec.Struct):
+    """One event sent (or being sent) to a webhook: ``pending``, ``delivered`` or ``failed``."""
+
+    id: str
+    event: str
+    status: str
+    attempts: int
+    response_status: int | None
+    last_error: str
+    created_at: datetime
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None

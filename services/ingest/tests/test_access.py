@@ -24,7 +24,16 @@ from boxcar.ingest.web import accounts
 from boxcar.result_projector import fulltext
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, attach_tags
-from boxcar.shared.db.models import ArchiveResult, Crawl, CrawlSchedule, Snapshot, Status, url_hash
+from boxcar.shared.db.models import (
+    ArchiveResult,
+    Crawl,
+    CrawlSchedule,
+    Snapshot,
+    Status,
+    Webhook,
+    WebhookDelivery,
+    url_hash,
+)
 from boxcar.shared.messages import Seed
 from boxcar.shared.settings import Settings
 from boxcar.shared.storage import snapshot_dir
@@ -38,7 +47,8 @@ SECRET_TEXT = "marmalade lighthouse whisper"
 SECRET_TAG = "alice-private"
 SECRET_FEED = "http://alice.example/feed.xml"
 SECRET_SCHEDULED = "http://alice.example/scheduled"
-MARKERS = (SECRET_URL, SECRET_TITLE, SECRET_TEXT, SECRET_TAG, SECRET_FEED, SECRET_SCHEDULED, "alice.example")
+SECRET_HOOK = "http://alice.example/webhook"
+MARKERS = (SECRET_URL, SECRET_TITLE, SECRET_TEXT, SECRET_TAG, SECRET_FEED, SECRET_SCHEDULED, SECRET_HOOK, "alice.example")
 
 
 @pytest.fixture
@@ -101,6 +111,20 @@ def household(db: Database, tmp_path: Path):
                 )
             )
             ids["alice"][kind] = schedule_id
+        # her webhook, and one delivery of it (its log names her snapshot's URL)
+        s.add(Webhook(id="d" * 32, owner="alice", url=SECRET_HOOK, secret_sealed="x", events=["snapshot.sealed"]))
+        s.flush()
+        s.add(
+            WebhookDelivery(
+                id="c" * 31 + "d",
+                webhook_id="d" * 32,
+                event="snapshot.sealed",
+                event_key="snapshot.sealed:" + "a" * 32,
+                payload={"snapshot": {"url": SECRET_URL}},
+                last_error=f"HTTP 500 from {SECRET_HOOK}",
+            )
+        )
+        ids["alice"]["webhook"] = "d" * 32
     fulltext.index_snapshots(db, data_dir, [ids["alice"]["snapshot"], ids["bob"]["snapshot"]])
     tokens = {
         "alice": create_token(db, "alice's script", owner="alice"),
@@ -151,6 +175,7 @@ def fill(path: str, ids: dict) -> str:
         "username": "alice",
         "share_id": "0" * 32,
         "token": "x" * 43,
+        "webhook_id": alice["webhook"],
     }
     return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: values[m.group(1)], path)
 
@@ -182,6 +207,9 @@ ROUTES = {
     "/api/v1/snapshots": "read",
     "/api/v1/snapshots/{snapshot_id:str}": "write",
     "/api/v1/status": "read",
+    "/api/v1/webhooks": "read",
+    "/api/v1/webhooks/{webhook_id:str}": "write",
+    "/api/v1/webhooks/{webhook_id:str}/deliveries": "read",
     "/archive/{snapshot_id:str}/{path:path}": "read",
     "/crawls": "read",
     "/crawls/{crawl_id:str}": "read",
@@ -302,6 +330,7 @@ def test_nobody_but_the_owner_gets_anything_of_hers(household, caller):
         assert s.get(Snapshot, ids["alice"]["snapshot"]) is not None
         assert s.get(CrawlSchedule, ids["alice"]["feed"]).status == "queued"
         assert s.get(CrawlSchedule, ids["alice"]["schedule"]) is not None
+        assert s.get(Webhook, ids["alice"]["webhook"]) is not None
         tags = s.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.id == ids["alice"]["snapshot"]))
         assert tags == 1
     assert (ids["alice"]["root"] / "htmltotext" / "htmltotext.txt").exists()
@@ -321,6 +350,9 @@ def test_what_may_not_be_known_is_a_404(household):
             assert c.get(path, headers=api).status_code == 404, path
         assert c.delete(f"/api/v1/snapshots/{ids['snapshot']}", headers=api).status_code == 404
         assert c.delete(f"/api/v1/schedules/{ids['schedule']}", headers=api).status_code == 404
+        assert c.delete(f"/api/v1/webhooks/{ids['webhook']}", headers=api).status_code == 404
+        assert c.get(f"/api/v1/webhooks/{ids['webhook']}/deliveries", headers=api).status_code == 404
+        assert c.get("/api/v1/webhooks", headers=api).json() == []
         assert c.post(f"/api/v1/crawls/{ids['crawl']}/cancel", headers=api).status_code == 404
         log_in(c, "bob")
         for path in (
@@ -344,6 +376,9 @@ def test_the_owner_and_the_admin_get_everything_of_hers(household):
             assert c.get(f"/api/v1/crawls/{ids['crawl']}", headers=api).status_code == 200
             assert SECRET_FEED in c.get("/api/v1/feeds", headers=api).text
             assert SECRET_SCHEDULED in c.get("/api/v1/schedules", headers=api).text
+            assert SECRET_HOOK in c.get("/api/v1/webhooks", headers=api).text
+            log = c.get(f"/api/v1/webhooks/{ids['webhook']}/deliveries", headers=api).json()
+            assert [d["status"] for d in log] == ["pending"]
             assert SECRET_URL in c.get("/api/v1/exports/jsonl", headers=api).text
             log_in(c, name)
             assert SECRET_TITLE in c.get("/").text
