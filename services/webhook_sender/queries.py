@@ -76,8 +76,9 @@ def add_deliveries(
                 created_at=now,
             )
             .on_conflict_do_nothing(index_elements=["webhook_id", "event_key"])
+            .returning(WebhookDelivery.id)
         )
-        added += result.rowcount or 0  # type: ignore[attr-defined]
+        added += result.scalar() is not None
     return added
 
 

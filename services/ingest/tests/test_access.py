@@ -48,7 +48,16 @@ SECRET_TAG = "alice-private"
 SECRET_FEED = "http://alice.example/feed.xml"
 SECRET_SCHEDULED = "http://alice.example/scheduled"
 SECRET_HOOK = "http://alice.example/webhook"
-MARKERS = (SECRET_URL, SECRET_TITLE, SECRET_TEXT, SECRET_TAG, SECRET_FEED, SECRET_SCHEDULED, SECRET_HOOK, "alice.example")
+MARKERS = (
+    SECRET_URL,
+    SECRET_TITLE,
+    SECRET_TEXT,
+    SECRET_TAG,
+    SECRET_FEED,
+    SECRET_SCHEDULED,
+    SECRET_HOOK,
+    "alice.example",
+)
 
 
 @pytest.fixture
