@@ -1,5 +1,6 @@
-"""``make typecheck``: mypy, strict, on ``libs/shared`` and the crawl-runner's queries and
-decisions (the code every service trusts), the rest of the tree as imports only.
+"""``make typecheck``: mypy, strict, on ``libs/shared``, the crawl-runner's queries and
+decisions and the webhook-sender's queries (the code every service trusts), the rest of the tree
+as imports only.
 
 Boxcar's packages live under ``libs/`` and ``services/`` and are mapped to ``boxcar.*`` by
 ``[tool.setuptools.package-dir]``; an editable install resolves them through an import hook mypy
@@ -18,7 +19,12 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STRICT = [("-p", "boxcar.shared"), ("-m", "boxcar.crawl_runner.queries"), ("-m", "boxcar.crawl_runner.decisions")]
+STRICT = [
+    ("-p", "boxcar.shared"),
+    ("-m", "boxcar.crawl_runner.queries"),
+    ("-m", "boxcar.crawl_runner.decisions"),
+    ("-m", "boxcar.webhook_sender.queries"),
+]
 
 
 def link_tree(target: Path) -> None:
