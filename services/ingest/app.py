@@ -52,6 +52,7 @@ from boxcar.ingest.status import StackStatus, stack_status
 from boxcar.ingest.web.accounts import LoginRequired, viewer_of
 from boxcar.ingest.web.archive import ArchiveFiles
 from boxcar.ingest.web.archive_pages import ArchiveFilesController, ReplayController
+from boxcar.ingest.web.hooks import WebhookPages
 from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.ingest.web.people import AdminPages, SharePages
 from boxcar.ingest.web.pwa import AppShell
@@ -205,6 +206,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             FeedPages,
             AccountPages,
             SharePages,
+            WebhookPages,
             AdminPages,
             SSOPages,
             ArchiveFilesController,

@@ -108,6 +108,10 @@ class WebhookService:
             s.delete(webhook)
         return True
 
+    def overview(self, viewer: Viewer, last: int = 5) -> list[tuple[WebhookOut, list[WebhookDeliveryOut]]]:
+        """The viewer's webhooks, each with its ``last`` deliveries (``/settings``)."""
+        return [(w, self.deliveries(w.id, viewer, last) or []) for w in self.list(viewer)]
+
     def deliveries(self, webhook_id: str, viewer: Viewer, limit: int = LOG_SIZE) -> list[WebhookDeliveryOut] | None:
         """The webhook's last deliveries, newest first (None: no such webhook of theirs)."""
         with self.db.read() as s:

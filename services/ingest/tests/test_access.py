@@ -241,6 +241,8 @@ ROUTES = {
     "/schema": "public",
     "/settings": "read",
     "/settings/tokens": "write",
+    "/settings/webhooks": "write",
+    "/settings/webhooks/{webhook_id:str}/delete": "write",
     "/settings/tokens/{token_id:str}/revoke": "write",
     "/shares": "write",
     "/shares/{share_id:str}/revoke": "write",

@@ -63,3 +63,50 @@ def test_bad_webhooks_are_refused_saying_why(db: Database, tmp_path: Path):
             r = c.post("/api/v1/webhooks", json=body, headers=auth)
             assert r.status_code == 422 and r.json()["extra"]["field"] == field, r.text
         assert c.post("/api/v1/webhooks", json={"url": RECEIVER, "events": []}, headers=auth).status_code == 400
+
+
+def test_the_settings_page_makes_lists_and_deletes_webhooks(db: Database, tmp_path: Path):
+    """/settings: a webhook made with the form shows its secret once, is listed with its last
+    deliveries (status, attempts, error), and is deleted with its button; a refused URL says why."""
+    import re
+
+    from boxcar.shared.db.models import WebhookDelivery
+
+    accounts.create_user(db, "alice", "correct horse battery")
+    with client(db, tmp_path, url_allow_private=True) as c:
+        token = re.search(r'name="_csrf_token" value="([^"]+)"', c.get("/login").text).group(1)
+        form = {"username": "alice", "password": "correct horse battery", "_csrf_token": token, "next": "/"}
+        assert c.post("/login", data=form, follow_redirects=False).status_code == 303
+        csrf = re.search(r'name="_csrf_token" value="([^"]+)"', c.get("/settings").text).group(1)
+        made = c.post(
+            "/settings/webhooks",
+            data={"url": RECEIVER, "events": ["crawl.sealed", "crawl.failed"], "_csrf_token": csrf},
+        )
+        assert made.status_code == 201 and 'id="new-webhook-secret"' in made.text
+        with db.read() as s:
+            hook = s.query(Webhook).one()
+        secret = re.search(r"store it now\): <code>([^<]+)</code>", made.text).group(1)
+        assert secrets.unseal(hook.secret_sealed) == secret and hook.events == ["crawl.sealed", "crawl.failed"]
+        with db.write() as s:
+            s.add(
+                WebhookDelivery(
+                    id="e" * 32,
+                    webhook_id=hook.id,
+                    event="crawl.sealed",
+                    event_key="k",
+                    status="failed",
+                    attempts=6,
+                    last_error="ConnectError: connection refused",
+                )
+            )
+        page = c.get("/settings").text
+        assert RECEIVER in page and "ConnectError: connection refused" in page and "6 attempts" in page
+        assert secret not in page  # shown once
+        refused = c.post(
+            "/settings/webhooks", data={"url": "http://127.0.0.1:9/", "events": ["crawl.sealed"], "_csrf_token": csrf}
+        )
+        assert refused.status_code == 422 and "Boxcar&#39;s own services" in refused.text
+        gone = c.post(f"/settings/webhooks/{hook.id}/delete", data={"_csrf_token": csrf}, follow_redirects=False)
+        assert gone.status_code == 303
+        with db.read() as s:
+            assert s.query(Webhook).count() == 0 and s.query(WebhookDelivery).count() == 0  # the log with it

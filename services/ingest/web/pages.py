@@ -71,6 +71,29 @@ async def render(
     )
 
 
+async def settings_page(request: Request, status_code: int = 200, **context: Any) -> Template:
+    """``/settings``: the viewer's API tokens, shares and webhooks (with their last deliveries),
+    and ``context`` (a token or webhook secret just made, shown once; a flash)."""
+    from boxcar.ingest.webhooks import WebhookService
+
+    viewer = await viewer_of(request)
+    state = request.app.state
+    tokens = await anyio.to_thread.run_sync(list_tokens, state.db, viewer)
+    shares = await anyio.to_thread.run_sync(access.list_shares, state.db, viewer)
+    hooks = await anyio.to_thread.run_sync(WebhookService(state.db, state.settings).overview, viewer)
+    context.setdefault("new_token", "")
+    return await render(
+        request,
+        "settings.html",
+        status_code=status_code,
+        tokens=tokens,
+        shares=shares,
+        webhooks=hooks,
+        **save_from_anywhere(request),
+        **context,
+    )
+
+
 def save_from_anywhere(request: Request) -> dict[str, str]:
     """``/settings``' bookmarklet and this server's origin, as the browser reached it. The
     bookmarklet opens ``/add?url=…&title=…`` in a new tab (the current one if pop-ups are blocked);
@@ -696,12 +719,7 @@ class AccountPages(Controller):
 
     @get(routes.SETTINGS, guards=[require_login])
     async def settings(self, request: Request) -> Template:
-        viewer = await viewer_of(request)
-        tokens = await anyio.to_thread.run_sync(list_tokens, request.app.state.db, viewer)
-        shares = await anyio.to_thread.run_sync(access.list_shares, request.app.state.db, viewer)
-        return await render(
-            request, "settings.html", tokens=tokens, shares=shares, new_token="", **save_from_anywhere(request)
-        )
+        return await settings_page(request)
 
     @post("/settings/tokens", guards=[require_login])
     async def create(self, request: Request) -> Template:
@@ -716,18 +734,7 @@ class AccountPages(Controller):
         token = await anyio.to_thread.run_sync(
             lambda: create_token(db, name or "web UI", scope=scope, owner=viewer.username)
         )
-        tokens = await anyio.to_thread.run_sync(list_tokens, db, viewer)
-        shares = await anyio.to_thread.run_sync(access.list_shares, db, viewer)
-        response = await render(
-            request,
-            "settings.html",
-            status_code=201,
-            tokens=tokens,
-            shares=shares,
-            new_token=token,
-            new_scope=scope,
-            **save_from_anywhere(request),
-        )
+        response = await settings_page(request, status_code=201, new_token=token, new_scope=scope)
         response.headers["Cache-Control"] = "no-store"
         return response
 
