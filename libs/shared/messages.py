@@ -20,6 +20,7 @@ subject                          publisher         message
 ``events.binary.resolved``       binary-resolver   ``BinaryRecord``
 ``events.crawl.<status>``        crawl-runner      ``CrawlEvent``
 ``events.snapshot.<status>``     crawl-runner      ``SnapshotEvent``
+``events.feed.new_items``        crawl-runner      ``FeedNewItems`` (a feed poll made a crawl)
 ``binaries.resolve`` (req/rep)   hook-executor     ``BinaryRequest`` → ``BinaryReply``
 ``crawl.queued`` (core, wake-up) ingest            ``CrawlQueued``
 ``control.crawl.<id>``           ingest            ``CrawlControl``
@@ -403,6 +404,17 @@ class SnapshotEvent(msgspec.Struct, kw_only=True):
     status: str
     stage: int = 0
     runner: str = ""
+    at: datetime | None = None
+
+
+class FeedNewItems(msgspec.Struct, kw_only=True):
+    """A feed poll found new items and made a crawl of them (``events.feed.new_items``),
+    published after the poll's commit (a notice for webhooks: lost only if NATS is away then)."""
+
+    v: int = 1
+    schedule_id: str
+    crawl_id: str
+    new_items: int
     at: datetime | None = None
 
 

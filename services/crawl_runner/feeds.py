@@ -29,7 +29,7 @@ import httpx
 import msgspec
 
 from boxcar.crawl_runner import queries as q
-from boxcar.shared import importers, secrets, telemetry
+from boxcar.shared import bus, importers, secrets, telemetry
 from boxcar.shared.admission import admit, archived_keys
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import CrawlConfig
@@ -37,7 +37,7 @@ from boxcar.shared.db import insert_seeds
 from boxcar.shared.db.models import Crawl, CrawlSchedule
 from boxcar.shared.egress import EgressPolicy
 from boxcar.shared.fetch import policy_client
-from boxcar.shared.messages import Seed
+from boxcar.shared.messages import FeedNewItems, Seed
 from boxcar.shared.schedules import backoff, next_run
 
 if TYPE_CHECKING:
@@ -225,6 +225,13 @@ class FeedPoller:
         if created:
             log.info("feed %s: %d new item(s) → crawl %s", schedule.id, created[1], created[0])
             self.runner._wake.set()
+            notice = FeedNewItems(schedule_id=schedule.id, crawl_id=created[0], new_items=created[1], at=utcnow())
+            try:  # after the commit; the crawl is made whether or not this notice gets out
+                await self.runner._publish(
+                    [bus.Outgoing.make(bus.SUBJECT_FEED_NEW_ITEMS, notice, f"feed.{created[0]}.new_items")]
+                )
+            except Exception as exc:
+                log.warning("feed %s: the new-items event was not published: %s", schedule.id, exc)
 
     def _record_poll(
         self, schedule: CrawlSchedule, lease_until: datetime, response: FeedResponse, parsed

@@ -1,10 +1,11 @@
-"""The webhook-sender: turns sealed snapshots and sealed or failed crawls into signed POSTs to the
+"""The webhook-sender: turns sealed snapshots, sealed or failed crawls and feed polls that found
+new items into signed POSTs to the
 webhooks that want them, retried with back-off, each attempt recorded (DESIGN.md: it owns the
 ``WebhookDelivery`` rows; ingest owns ``Webhook`` rows).
 
 Two halves, so a crawl never waits for a webhook:
 
-- the consumers (``webhooks-snapshot``, ``webhooks-crawl``): for each event, read what the body
+- the consumers (``webhooks-snapshot``, ``webhooks-crawl``, ``webhooks-feed``): for each event, read what the body
   says (the snapshot's URL, title, status; the crawl's owner, label, status) and insert one
   pending delivery per matching webhook, idempotently on (webhook, event key), then ack;
 - the delivery loop: claim due deliveries (``queries.claim``: a lease, so two replicas never send
@@ -34,10 +35,10 @@ from sqlalchemy import select
 from boxcar.shared import bus, secrets
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
-from boxcar.shared.db.models import Crawl, Snapshot, Webhook, WebhookDelivery
+from boxcar.shared.db.models import Crawl, CrawlSchedule, Snapshot, Webhook, WebhookDelivery
 from boxcar.shared.egress import EgressPolicy
 from boxcar.shared.fetch import policy_client
-from boxcar.shared.messages import CrawlEvent, SnapshotEvent, decode
+from boxcar.shared.messages import CrawlEvent, FeedNewItems, SnapshotEvent, decode
 from boxcar.shared.settings import Settings
 from boxcar.webhook_sender import queries as q
 
@@ -84,6 +85,7 @@ class WebhookSender:
         consumers = (
             (bus.WEBHOOK_SNAPSHOT_CONSUMER, bus.SUBJECT_SNAPSHOT_SEALED),
             (bus.WEBHOOK_CRAWL_CONSUMER, bus.SUBJECT_CRAWL_EVENTS),
+            (bus.WEBHOOK_FEED_CONSUMER, bus.SUBJECT_FEED_NEW_ITEMS),
         )
         loops = []
         for durable, subject in consumers:
@@ -127,6 +129,8 @@ class WebhookSender:
                     lambda d: self.payload("snapshot.sealed", d, at, crawl, snap),
                     now,
                 )
+        if subject == bus.SUBJECT_FEED_NEW_ITEMS:
+            return self.record_feed(decode(data, FeedNewItems), now)
         crawl_event = decode(data, CrawlEvent)
         if crawl_event.status not in CRAWL_EVENTS:
             return 0
@@ -140,6 +144,28 @@ class WebhookSender:
             return q.add_deliveries(
                 s, hooks, name, f"{name}:{crawl.id}", lambda d: self.payload(name, d, at, crawl, None), now
             )
+
+    def record_feed(self, notice: FeedNewItems, now: datetime) -> int:
+        """``feed.new_items``: the subscription, how many new items, and the crawl made of them."""
+        with self.db.write() as s:
+            schedule, crawl = s.get(CrawlSchedule, notice.schedule_id), s.get(Crawl, notice.crawl_id)
+            if schedule is None or crawl is None:
+                return 0
+            at = notice.at or now
+            base = self.settings.public_url.rstrip("/")
+            feed = {
+                "id": schedule.id,
+                "url": schedule.feed_url,
+                "label": schedule.label,
+                "new_items": notice.new_items,
+                "links": {"api": f"{base}/api/v1/feeds/{schedule.id}", "ui": f"{base}/feeds"},
+            }
+
+            def body(delivery_id: str) -> dict[str, Any]:
+                return {**self.payload("feed.new_items", delivery_id, at, crawl, None), "feed": feed}
+
+            hooks = q.matching_webhooks(s, "feed.new_items", schedule.created_by, at)
+            return q.add_deliveries(s, hooks, "feed.new_items", f"feed.new_items:{crawl.id}", body, now)
 
     def payload(
         self, event: str, delivery_id: str, at: datetime, crawl: Crawl, snap: Snapshot | None

@@ -570,7 +570,7 @@ class Webhook(Base):
 
 
 #: the events a webhook may ask for, and its scopes (``Webhook.events``/``Webhook.scope``)
-WEBHOOK_EVENTS = ("snapshot.sealed", "crawl.sealed", "crawl.failed")
+WEBHOOK_EVENTS = ("snapshot.sealed", "crawl.sealed", "crawl.failed", "feed.new_items")
 WEBHOOK_SCOPES = ("user", "instance")
 
 

@@ -438,7 +438,7 @@ class WebhookController(Controller):
         webhook_service: NamedDependency[WebhookService],
         viewer: NamedDependency[Viewer],
     ) -> WebhookCreated:
-        """Send ``events`` (snapshot.sealed, crawl.sealed, crawl.failed) of the caller's archive
+        """Send ``events`` (snapshot.sealed, crawl.sealed, crawl.failed, feed.new_items) of the caller's archive
         (``scope`` user) or, for an admin, of every archive (``instance``) to ``url``: a signed
         JSON POST, retried with back-off. The signing secret is in this answer only."""
         data = await strict_body(request, WebhookCreate)

@@ -232,7 +232,7 @@ class WebhookCreate(msgspec.Struct, forbid_unknown_fields=True):
     """``POST /api/v1/webhooks``: send these events to ``url`` (signed, retried)."""
 
     url: str
-    #: any of snapshot.sealed, crawl.sealed, crawl.failed
+    #: any of snapshot.sealed, crawl.sealed, crawl.failed, feed.new_items
     events: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)]
     #: ``user`` (the caller's archive) or, for an admin, ``instance`` (every archive)
     scope: str = "user"
