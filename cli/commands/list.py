@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 @click.option("--limit", default=1000, type=int)
 def list_(data_dir, crawl_id, as_json, limit) -> None:
     """List snapshots and their results (reads the database directly)."""
+    from boxcar.ingest.access import operator
     from boxcar.ingest.services import CrawlService
     from boxcar.shared.db import Database
     from boxcar.shared.egress import refusal_kind
@@ -39,9 +40,10 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
     db = Database(settings.sqlalchemy_url)
     db.upgrade()
     service = CrawlService(db, settings, get_catalog(), load_families())
-    if crawl_id and service.crawl_status(crawl_id) is None:
+    me = operator(settings.archive_user)  # the operator's CLI: every user's snapshots
+    if crawl_id and service.crawl_status(crawl_id, viewer=me) is None:
         fail(f"no crawl {crawl_id} in {settings.data_dir}")
-    page = service.list_snapshots(crawl_id, limit, 0)
+    page = service.list_snapshots(crawl_id, limit, 0, viewer=me)
     if as_json:
         for snap in page.items:
             click.echo(
