@@ -5,8 +5,9 @@ and ``archive/<timestamp>/``) and 0.8/0.9 ones (``plugin``/``hook_name``/``outpu
 ``archive/users/<user>/snapshots/<YYYYMMDD>/<domain>/<id>/<plugin>/…``), and writes what it finds
 as Boxcar rows and files:
 
-- one sealed Crawl per ArchiveBox crawl (0.8/0.9) or one for the whole collection (0.7), owned by
-  ``user``; every Snapshot sealed, with its URL, title, tags, bookmark date and depth;
+- one sealed Crawl per ArchiveBox crawl (0.8/0.9) or one for the whole collection (0.7, named
+  by its first snapshot), owned by ``user``; every Snapshot sealed, with its URL, title, tags,
+  bookmark date and depth;
 - every ArchiveResult with its status, output and notes; 0.7's extractor names mapped to the
   abx-plugins names Boxcar runs (``archive_org`` → ``archivedotorg``, ``media`` → ``ytdlp``), its
   files moved from the flat 0.7 snapshot dir into ``<plugin>/`` dirs as Boxcar lays them out;
@@ -566,10 +567,13 @@ def import_collection(
         return report
     assert db is not None
     placer = FilePlacer(report, link)
-    collection_key = str(collection.root)
+    # 0.7 has no crawls and no collection id: its first snapshot (never changed by adding more)
+    # names the collection's one crawl, so a copy or a moved collection maps to the same crawl
+    first = min(snaps, key=lambda x: (x.bookmarked_at, x.timestamp, x.id)).id
+    collection_key = f"archivebox-0.7:{first}"
     crawls: dict[str, str] = {}
     for done, snap in enumerate(new, 1):
-        crawl_key = snap.crawl_key or f"collection:{collection_key}"
+        crawl_key = snap.crawl_key or collection_key
         crawl_id = derived_id("archivebox-crawl", user, crawl_key)
         if crawl_key not in crawls:
             crawls[crawl_key] = crawl_id

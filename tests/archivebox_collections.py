@@ -156,13 +156,20 @@ def _collection_dir(prefix: str) -> Path:
 
 
 def build_07(urls: list[str]) -> Path:
-    venv = archivebox_07()
     data = _collection_dir("boxcar-abx07-")
-    archivebox = [str(venv / "bin" / "python"), "-c", LAUNCH_07]
-    _run([*archivebox, "init"], cwd=data)
-    _run([*archivebox, "config", "--set", *CONFIG_07], cwd=data)
-    _run([*archivebox, "add", f"--tag={','.join(TAGS)}"], cwd=data, stdin="\n".join(urls) + "\n")
+    _run([*_archivebox_07(), "init"], cwd=data)
+    _run([*_archivebox_07(), "config", "--set", *CONFIG_07], cwd=data)
+    add_07(data, urls)
     return data
+
+
+def add_07(data: Path, urls: list[str]) -> None:
+    """``archivebox add`` (0.7) of more URLs to the collection at ``data``."""
+    _run([*_archivebox_07(), "add", f"--tag={','.join(TAGS)}"], cwd=data, stdin="\n".join(urls) + "\n")
+
+
+def _archivebox_07() -> list[str]:
+    return [str(archivebox_07() / "bin" / "python"), "-c", LAUNCH_07]
 
 
 def build_09(urls: list[str]) -> Path:

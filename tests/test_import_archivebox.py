@@ -243,3 +243,51 @@ def test_import_archivebox_07(collection_07: Path, db_url: str, tmp_path: Path) 
 @pytest.mark.archivebox_09
 def test_import_archivebox_09(collection_09: Path, db_url: str, tmp_path: Path) -> None:
     check_import("0.9", collection_09, db_url, tmp_path, link=True)
+
+
+def test_rerun_adds_only_what_archivebox_added_since(
+    collection_07: Path, site_urls, sqlite_url: str, tmp_path: Path
+) -> None:
+    """A copy of the 0.7 collection, imported; ArchiveBox then adds 2 more pages to it: the next
+    run imports those 2 (into the same crawl) and nothing else."""
+    source = tmp_path / "collection"
+    shutil.copytree(collection_07, source, symlinks=True)
+    data_dir = tmp_path / "data"
+    first = run_import(data_dir, sqlite_url, source)
+    assert first["snapshots_new"] == PAGES
+    abx.add_07(source, site_urls(PAGES + 2)[PAGES:])
+    dry = run_import(data_dir, sqlite_url, source, "--dry-run")
+    assert (dry["snapshots_new"], dry["snapshots_existing"]) == (2, PAGES)
+    second = run_import(data_dir, sqlite_url, source)
+    assert (second["snapshots_new"], second["snapshots_existing"], second["crawls_new"]) == (2, PAGES, 0)
+    db = Database(sqlite_url)
+    try:
+        with db.read() as s:
+            assert s.scalar(select(func.count()).select_from(Snapshot)) == PAGES + 2
+            assert s.scalar(select(func.count()).select_from(Crawl)) == 1
+    finally:
+        db.dispose()
+
+
+def test_what_cannot_be_mapped_is_reported(collection_07: Path, sqlite_url: str, tmp_path: Path) -> None:
+    """In a copy of the 0.7 collection: a result of an extractor Boxcar has no plugin for, an
+    unfinished one, and a snapshot whose dir is gone are left out, each with its reason."""
+    source = tmp_path / "collection"
+    shutil.copytree(collection_07, source, symlinks=True)
+    conn = sqlite3.connect(source / "index.sqlite3")
+    (sid, timestamp), (other, _) = conn.execute("SELECT id, timestamp FROM core_snapshot ORDER BY timestamp LIMIT 2")
+    for extractor, status in (("shiny_new_thing", "succeeded"), ("pdf", "started")):
+        conn.execute(
+            "INSERT INTO core_archiveresult (cmd, pwd, status, output, start_ts, end_ts, snapshot_id, uuid, extractor)"
+            " VALUES ('[]', '', ?, '', '2026-01-01 00:00:00', '2026-01-01 00:00:01', ?, ?, ?)",
+            (status, other, "0" * 32, extractor),
+        )
+    conn.commit()
+    conn.close()
+    shutil.rmtree(source / "archive" / timestamp)
+    report = run_import(tmp_path / "data", sqlite_url, source)
+    assert report["snapshots_new"] == PAGES
+    problems = "\n".join(report["not_mapped"])
+    assert f"snapshot {sid} (" in problems and "no snapshot dir in the collection" in problems
+    assert "extractor 'shiny_new_thing' has no Boxcar plugin: not imported" in problems
+    assert "pdf result is 'started' (unfinished): not imported" in problems
