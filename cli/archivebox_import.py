@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import mimetypes
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -84,6 +85,7 @@ FILES_07: dict[str, tuple[str, ...]] = {
 }
 #: files of a 0.7 snapshot dir that are ArchiveBox's own index, not any extractor's output
 INDEX_FILES_07 = frozenset({"index.json", "index.html"})
+PLUGIN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 FINAL_STATUSES = ("succeeded", "failed", "skipped", "noresults")
 STATUS_ALIASES = {"success": "succeeded", "succeded": "succeeded", "noresult": "noresults"}
 
@@ -316,7 +318,10 @@ class SourceCollection:
         keys = rows[0].keys() if rows else []
         out: dict[tuple[str, str], SourceResult] = {}
         for row in rows:
-            plugin = row["plugin"]
+            plugin = row["plugin"] or ""
+            if not PLUGIN_NAME.fullmatch(plugin):  # it names a dir: nothing but a plugin name
+                report.problem(f"snapshot {snap.id} ({snap.url}): plugin name {plugin!r} is not one: not imported")
+                continue
             status = STATUS_ALIASES.get(row["status"], row["status"])
             if status not in FINAL_STATUSES:
                 report.problem(

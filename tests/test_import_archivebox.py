@@ -12,6 +12,7 @@ runs both; ``make check`` runs the 0.7 one).
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -209,8 +210,13 @@ def check_import(kind: str, source: Path, db_url: str, tmp_path: Path, link: boo
                         opened += 1
                         if link:
                             assert path.stat().st_nlink >= 2
-            page = client.get(f"/snapshots/{next(iter(snaps.values())).id}")
-            assert page.status_code == 200
+                # the snapshot page offers wget's page, the WARC and the text, and they open
+                page = client.get(f"/snapshots/{snap.id}")
+                assert page.status_code == 200
+                for button in ("view-wget", "download-warc", "view-htmltotext"):
+                    href = re.search(rf'id="{button}" href="[^"]*?(/archive/{snap.id}/[^"]+)"', page.text)
+                    assert href, (snap.url, button)
+                    assert client.get(html.unescape(href.group(1))).status_code == 200
         assert opened == report["files"] > 0
 
         # search finds a phrase of each page's text
