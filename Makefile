@@ -4,6 +4,7 @@
 #                       hooks, local sites), then make compose-test
 # Guards:
 #   make check          ruff, ruff format --check, mypy (strict on libs/shared), the fast tests
+#   make test-archivebox-import   import real ArchiveBox 0.7.x and 0.9 collections built here
 #   make extension      the browser extension: dist/extension/boxcar-{chromium,firefox}.zip (extension-lint: web-ext lint)
 # The homelab stack (Docker Compose or podman-compose, whichever is here; README: "Docker Compose"):
 #   make compose-up     build the images, start the stack, wait for every healthcheck
@@ -14,7 +15,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check typecheck install system-deps up lint bench clean compose-up compose-down compose-test extension extension-lint
+.PHONY: run test check test-archivebox-import typecheck install system-deps up lint bench clean compose-up compose-down compose-test extension extension-lint
 
 run: install
 	$(VENV)/bin/boxcar install
@@ -30,7 +31,12 @@ check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/typecheck.py
-	$(VENV)/bin/pytest -q -m "not needs_nats" libs services
+	$(VENV)/bin/pytest -q -m "not needs_nats and not archivebox_09" libs services tests/test_import_archivebox.py
+
+# boxcar import-archivebox against real collections ArchiveBox 0.7.x and 0.9 make here (their
+# tools are installed once under .cache/; 0.9 needs a Python >= 3.13)
+test-archivebox-import: install
+	$(VENV)/bin/pytest -q tests/test_import_archivebox.py
 
 typecheck: install
 	$(PY) scripts/typecheck.py

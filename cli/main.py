@@ -3,7 +3,7 @@
 The group and its commands, each in ``boxcar.cli.commands.<command>``: ``up`` (the whole stack,
 foreground, Ctrl-C stops it), ``add`` (archive URLs or files, against a running stack or an
 embedded one brought up for the duration), ``list``, ``status``, ``crawl``, ``feeds``, ``search``,
-``remove``, ``reindex``, ``token``, ``user``, ``install``, ``demo``, ``migrate``. What they share
+``remove``, ``reindex``, ``token``, ``user``, ``install``, ``demo``, ``migrate``, ``import-archivebox``. What they share
 is in ``boxcar.cli.common``.
 """
 
@@ -25,6 +25,9 @@ from boxcar.cli.commands import (
 )
 from boxcar.cli.commands import (
     feeds as feeds_command,
+)
+from boxcar.cli.commands import (
+    import_archivebox as import_archivebox_command,
 )
 from boxcar.cli.commands import (
     install as install_command,
@@ -86,6 +89,7 @@ cli.add_command(reindex_command.reindex_cmd)
 cli.add_command(export_command.export_cmd)
 cli.add_command(trace_command.trace_cmd)
 cli.add_command(schedule_command.schedule)
+cli.add_command(import_archivebox_command.import_archivebox)
 
 
 if __name__ == "__main__":
