@@ -31,7 +31,7 @@ check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/typecheck.py
-	$(VENV)/bin/pytest -q -m "not needs_nats and not archivebox_09" libs services tests/test_import_archivebox.py
+	$(VENV)/bin/pytest -q -m "not needs_nats" libs services
 
 # boxcar import-archivebox against real collections ArchiveBox 0.7.x and 0.9 make here (their
 # tools are installed once under .cache/; 0.9 needs a Python >= 3.13)
