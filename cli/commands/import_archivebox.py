@@ -40,6 +40,11 @@ def import_archivebox(data_dir, path: Path, user: str | None, link: bool, dry_ru
             db = Database(url)  # only read: no migration in a dry run (a missing table reads as empty)
     else:
         db = open_database(settings, must_exist=False)
+    if db is not None and owner != settings.archive_user:
+        from boxcar.ingest.web.accounts import list_users
+
+        if owner not in {u.username for u in list_users(db)}:
+            fail(f"no user {owner}: make one with `boxcar user create {owner}` first", 2)
     try:
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err, transient=True

@@ -33,8 +33,11 @@ def user_create(data_dir, name, admin, password) -> None:
     from boxcar.ingest.web.accounts import AccountError, create_user
 
     role = "admin" if admin else "member"
+    settings = settings_for(data_dir)
     try:
-        create_user(open_database(settings_for(data_dir), must_exist=False), name, password, role=role)
+        create_user(
+            open_database(settings, must_exist=False), name, password, role=role, operator_name=settings.archive_user
+        )
     except AccountError as exc:
         fail(str(exc), 2)
     err.print(f"{role} {name} created: log in at /login")

@@ -83,7 +83,9 @@ class AccessError(ValueError):
 
 
 def _live_shares(*where: ColumnElement[bool]):
-    return select(Share).where(Share.revoked_at.is_(None), *where).subquery()
+    """Shares not revoked whose owner is not a disabled user (a disabled user's shares pause)."""
+    disabled = select(User.username).where(User.is_active.is_(False))
+    return select(Share).where(Share.revoked_at.is_(None), Share.owner.not_in(disabled), *where).subquery()
 
 
 def _shared_by(shares) -> list[ColumnElement[bool]]:
@@ -209,8 +211,11 @@ def create_share(db: Database, viewer: Viewer, kind: str, target: str, audience:
             found = s.scalar(select(Snapshot.id).where(Snapshot.id == target, _owned_by(viewer.username)))
             if not found:
                 raise AccessError(f"no snapshot {target}")
-        elif kind == "tag" and not s.scalar(select(Tag.id).where(Tag.name == target)):
-            raise AccessError(f"no tag {target!r}")
+        elif kind == "tag":  # only a tag on one of the viewer's snapshots (never: does anyone have it?)
+            mine = select(Snapshot.id).where(_owned_by(viewer.username))
+            tagged = select(SnapshotTag.tag_id).where(SnapshotTag.snapshot_id.in_(mine))
+            if not s.scalar(select(Tag.id).where(Tag.name == target, Tag.id.in_(tagged))):
+                raise AccessError(f"none of your snapshots is tagged {target!r}")
         token = secrets.token_urlsafe(32) if audience == "public" else ""
         row = Share(
             id=new_id(),

@@ -346,7 +346,8 @@ class SnapshotLibrary:
             )
 
     def can_change(self, snapshot_id: str, *, viewer: Viewer) -> bool:
-        """Whether ``viewer`` may change the snapshot (tag, delete, archive again, share)."""
+        """Whether ``viewer`` may change the snapshot (tag, delete, share). Archiving its URL
+        again is anyone's who may read it: that makes a new crawl of the viewer's own."""
         with self.db.read() as s:
             return self._get(s, snapshot_id, writable_snapshots(viewer)) is not None
 

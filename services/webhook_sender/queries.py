@@ -27,20 +27,29 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from boxcar.shared.db import insert_for
-from boxcar.shared.db.models import Webhook, WebhookDelivery
+from boxcar.shared.db.models import User, Webhook, WebhookDelivery
 from boxcar.shared.ids import new_id
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 MAX_ERROR = 1000
 
 
-def matching_webhooks(s: Session, event: str, owner: str, at: datetime) -> list[Webhook]:
+def matching_webhooks(s: Session, event: str, owner: str, at: datetime, operator_name: str = "system") -> list[Webhook]:
     """The active webhooks that want ``event`` of ``owner``'s archive: theirs, and the
-    instance-wide ones; only those made before the event (a new webhook is not sent the past)."""
+    instance-wide ones; only those made before the event (a new webhook is not sent the past).
+    Only as long as their owner may still have them: an active user (a webhook of a disabled or
+    removed user sends nothing), and for an instance-wide one an admin (one demoted stops getting
+    everyone's events); the operator (``ARCHIVE_USER``) is always both."""
+    active = select(User.username).where(User.is_active.is_(True))
+    admins = active.where(User.role == "admin")
     rows = s.scalars(
         select(Webhook).where(
             Webhook.is_active.is_(True),
-            or_(and_(Webhook.scope == "user", Webhook.owner == owner), Webhook.scope == "instance"),
+            or_(
+                and_(Webhook.scope == "user", Webhook.owner == owner),
+                and_(Webhook.scope == "instance", or_(Webhook.owner.in_(admins), Webhook.owner == operator_name)),
+            ),
+            or_(Webhook.owner.in_(active), Webhook.owner == operator_name),
             Webhook.created_at <= at,
         )
     ).all()

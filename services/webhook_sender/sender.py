@@ -120,7 +120,7 @@ class WebhookSender:
                     return 0
                 snap, crawl = found
                 at = snap_event.at or now
-                hooks = q.matching_webhooks(s, "snapshot.sealed", crawl.created_by, at)
+                hooks = q.matching_webhooks(s, "snapshot.sealed", crawl.created_by, at, self.settings.archive_user)
                 return q.add_deliveries(
                     s,
                     hooks,
@@ -140,7 +140,7 @@ class WebhookSender:
             if crawl is None:
                 return 0
             at = crawl_event.at or now
-            hooks = q.matching_webhooks(s, name, crawl.created_by, at)
+            hooks = q.matching_webhooks(s, name, crawl.created_by, at, self.settings.archive_user)
             return q.add_deliveries(
                 s, hooks, name, f"{name}:{crawl.id}", lambda d: self.payload(name, d, at, crawl, None), now
             )
@@ -164,7 +164,7 @@ class WebhookSender:
             def body(delivery_id: str) -> dict[str, Any]:
                 return {**self.payload("feed.new_items", delivery_id, at, crawl, None), "feed": feed}
 
-            hooks = q.matching_webhooks(s, "feed.new_items", schedule.created_by, at)
+            hooks = q.matching_webhooks(s, "feed.new_items", schedule.created_by, at, self.settings.archive_user)
             return q.add_deliveries(s, hooks, "feed.new_items", f"feed.new_items:{crawl.id}", body, now)
 
     def payload(

@@ -88,11 +88,13 @@ def token_viewer(db: Database, token: str, operator_name: str = "system") -> tup
     )
     if not valid or row is None:
         return None
+    if row.owner == operator_name:  # the operator's token, whatever users exist
+        return row.scope, operator(row.owner)
     if user is not None:
         if not user.is_active:
             return None
         return row.scope, Viewer(user_id=user.id, username=user.username, role=user.role)
-    return (row.scope, operator(row.owner)) if row.owner == operator_name else None
+    return None
 
 
 def token_scope(db: Database, token: str) -> str | None:

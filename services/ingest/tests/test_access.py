@@ -540,3 +540,48 @@ def test_boxcar_user_commands(tmp_path):
     done = run(cli, ["user", "remove", "carol", "--snapshots", "reassign", "--to", "root", "--yes", *data])
     assert done.exit_code == 0, done.output
     assert "carol" not in run(cli, ["user", "list", "--json", *data]).output
+
+
+def test_the_operators_name_is_nobodys_and_removed_names_inherit_nothing(household):
+    """No person may be called ``ARCHIVE_USER`` (they would own the operator's archive), by any
+    way in (password account, single sign-on, proxy header); a removed user's kept snapshots go to
+    a name no user can have, so whoever takes the name later gets none of them; a disabled
+    user's shares pause; sharing a tag reveals nothing about other users' tags."""
+    db = household["db"]
+    ids = household["ids"]
+    for name in ("system", "System"):
+        with pytest.raises(accounts.AccountError):
+            accounts.create_user(db, name, PASSWORD)
+        assert accounts.sso_user_id(db, name, create=True) is None
+    assert accounts.header_viewer(db, "system", True) == access.ANONYMOUS
+    operator_token = create_token(db, "cli", owner="system")
+    with client(household) as c:
+        api = {"Authorization": f"Bearer {operator_token}"}
+        assert SECRET_URL in c.get("/api/v1/snapshots", headers=api).text  # the operator's token: an admin
+
+    alice = access.Viewer(username="alice", role="member")
+    with pytest.raises(access.AccessError) as theirs:
+        access.create_share(db, access.Viewer(username="bob", role="member"), "tag", SECRET_TAG, "users")
+    with pytest.raises(access.AccessError) as nothing:
+        access.create_share(db, access.Viewer(username="bob", role="member"), "tag", "no-such-tag", "users")
+    assert str(theirs.value).replace(SECRET_TAG, "X") == str(nothing.value).replace("no-such-tag", "X")
+
+    access.create_share(db, alice, "snapshot", ids["alice"]["snapshot"], "users")
+    bob = access.Viewer(username="bob", role="member")
+    library_condition = access.readable_snapshots(bob)
+    with db.read() as s:
+        assert s.scalar(select(func.count()).select_from(Snapshot).where(library_condition)) == 2
+    accounts.set_active(db, "alice", False)
+    with db.read() as s:
+        assert s.scalar(select(func.count()).select_from(Snapshot).where(access.readable_snapshots(bob))) == 1
+    accounts.set_active(db, "alice", True)
+
+    accounts.remove_user(db, "alice", "keep")
+    accounts.create_user(db, "alice", PASSWORD)  # someone new takes the name
+    with client(household) as c:
+        log_in(c, "alice")
+        assert SECRET_TITLE not in c.get("/").text
+        assert c.get(f"/snapshots/{ids['alice']['snapshot']}").status_code == 404
+    with db.read() as s:
+        kept = s.get(Crawl, ids["alice"]["crawl"])
+        assert kept is not None and kept.created_by == "~alice"  # kept, the admins' to see

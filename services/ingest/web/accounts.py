@@ -61,6 +61,7 @@ from boxcar.shared.db.models import (
     Snapshot,
     User,
     UserSession,
+    Webhook,
 )
 from boxcar.shared.ids import new_id
 
@@ -95,17 +96,19 @@ def _sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_user(db: Database, username: str, password: str, role: str = "member") -> str:
+def create_user(db: Database, username: str, password: str, role: str = "member", operator_name: str = "system") -> str:
     """Create a user (``role`` ``admin`` or ``member``); returns its id.
 
     Raises:
-        AccountError: a bad or taken user name, an unknown role, or a password shorter than 8
-            characters.
+        AccountError: a bad or taken user name, the operator's name (``reserved_name``), an
+            unknown role, or a password shorter than 8 characters.
     """
     if role not in ROLES:
         raise AccountError(f"role must be one of {', '.join(ROLES)}")
     if not USERNAME.match(username):
         raise AccountError("user names are 1–64 letters, digits or . _ @ -")
+    if reserved_name(username, operator_name):
+        raise AccountError(f"{username!r} is the operator's name (ARCHIVE_USER): choose another")
     if len(password) < 8:
         raise AccountError("passwords need at least 8 characters")
     with db.write() as s:
@@ -116,17 +119,26 @@ def create_user(db: Database, username: str, password: str, role: str = "member"
     return user_id
 
 
-def provision_user(db: Database, username: str) -> str:
+def reserved_name(username: str, operator_name: str) -> bool:
+    """Whether ``username`` is the operator's (``ARCHIVE_USER``, any case): the CLI's and the local
+    token's rows are owned by that name, so no person may have it (they would own the operator's
+    whole archive)."""
+    return username.lower() == operator_name.lower()
+
+
+def provision_user(db: Database, username: str, operator_name: str = "system") -> str:
     """The id of the user named ``username``, created if there is none: an active user whose
     password hash is unusable (``UNUSABLE_PASSWORD_PREFIX``), so only single sign-on logs them in
     (until ``boxcar user password`` gives them one). A user found is returned as it is,
     disabled or not: callers check ``is_active``. Two first visits at once make one user.
 
     Raises:
-        AccountError: ``username`` is not a valid user name (``USERNAME``).
+        AccountError: ``username`` is not a valid user name (``USERNAME``), or the operator's.
     """
     if not USERNAME.match(username):
         raise AccountError("user names are 1–64 letters, digits or . _ @ -")
+    if reserved_name(username, operator_name):
+        raise AccountError(f"{username!r} is the operator's name (ARCHIVE_USER)")
     with db.read() as s:
         found = s.scalar(select(User.id).where(User.username == username))
     if found:
@@ -146,14 +158,14 @@ def provision_user(db: Database, username: str) -> str:
     return user_id
 
 
-def sso_user_id(db: Database, username: str, create: bool) -> str | None:
+def sso_user_id(db: Database, username: str, create: bool, operator_name: str = "system") -> str | None:
     """The id of the *active* user ``username`` for a single sign-on, created first when ``create``
-    and missing (``provision_user``); None for an invalid name, an unknown one (``create`` off)
-    or a disabled user."""
-    if not USERNAME.match(username):
+    and missing (``provision_user``); None for an invalid name, the operator's name
+    (``reserved_name``), an unknown one (``create`` off) or a disabled user."""
+    if not USERNAME.match(username) or reserved_name(username, operator_name):
         return None
     if create:
-        provision_user(db, username)
+        provision_user(db, username, operator_name)
     with db.read() as s:
         row = s.execute(select(User.id, User.is_active).where(User.username == username)).first()
     if row is None or not row.is_active:
@@ -363,11 +375,11 @@ def trusted_header_user(settings: Settings, client_host: str | None, headers: Ma
     return name if USERNAME.match(name) else None
 
 
-def header_viewer(db: Database, username: str, create: bool) -> Viewer:
+def header_viewer(db: Database, username: str, create: bool, operator_name: str = "system") -> Viewer:
     """The ``Viewer`` of a user the trusted proxy named (``trusted_header_user``): created first
-    when ``create`` (``TRUSTED_HEADER_CREATE_USERS``), else ``ANONYMOUS`` when unknown or
-    disabled."""
-    user_id = sso_user_id(db, username, create)
+    when ``create`` (``TRUSTED_HEADER_CREATE_USERS``), else ``ANONYMOUS`` when unknown, disabled
+    or the operator's name."""
+    user_id = sso_user_id(db, username, create, operator_name)
     if user_id is None:
         return ANONYMOUS
     with db.read() as s:
@@ -400,7 +412,7 @@ async def viewer_of(connection: ASGIConnection) -> Viewer:
             log.debug("ignored %s from untrusted or invalid source %s", settings.trusted_user_header, client)
         if proxied is not None:
             cached = await anyio.to_thread.run_sync(
-                header_viewer, state.db, proxied, settings.trusted_header_create_users
+                header_viewer, state.db, proxied, settings.trusted_header_create_users, settings.archive_user
             )
         else:
             cached = await anyio.to_thread.run_sync(
@@ -470,6 +482,12 @@ def set_role(db: Database, username: str, role: str) -> bool:
         return bool(s.execute(update(User).where(User.username == username).values(role=role)).rowcount)
 
 
+def removed_owner(username: str) -> str:
+    """The owner name a removed user's kept crawls get: ``~`` and their name, which ``USERNAME``
+    never matches, so the rows stay with the admins and no later user of that name inherits them."""
+    return ("~" + username)[:64]
+
+
 #: what becomes of a removed user's snapshots (``remove_user``): asked, never assumed
 REMOVAL_CHOICES = ("keep", "reassign", "delete")
 
@@ -487,8 +505,8 @@ class Removal:
 
 def remove_user(db: Database, username: str, snapshots: str, to: str = "", delete_snapshot=None) -> Removal | None:
     """Remove a user. Their sessions, API tokens and shares end at once; their snapshots are, as
-    ``snapshots`` says: ``keep`` (kept under their name: admins still see them and may reassign
-    them later by removing again), ``reassign`` (crawls, snapshots and schedules become ``to``'s;
+    ``snapshots`` says: ``keep`` (kept for the admins under ``removed_owner(username)``, a name
+    no user can have; files stay where they are), ``reassign`` (crawls, snapshots and schedules become ``to``'s;
     files stay where they are, ``ONLY_NEW``'s keys follow the new owner) or ``delete`` (each removed
     with ``delete_snapshot(snapshot_id)``, ``SnapshotLibrary.delete``: rows, search entry, files).
 
@@ -537,6 +555,9 @@ def remove_user(db: Database, username: str, snapshots: str, to: str = "", delet
             s.execute(update(CrawlSchedule).where(CrawlSchedule.created_by == username).values(created_by=to))
         else:
             s.execute(delete(CrawlSchedule).where(CrawlSchedule.created_by == username))
+        if snapshots == "keep":  # no one who takes the name later may get them: a name no user can have
+            s.execute(update(Crawl).where(Crawl.created_by == username).values(created_by=removed_owner(username)))
+        s.execute(delete(Webhook).where(Webhook.owner == username))
         s.delete(user)
     if snapshots == "delete":
         for sid in ids:

@@ -120,7 +120,10 @@ class AdminPages(Controller):
         role = "admin" if str(form.get("role", "")) == "admin" else "member"
         db = request.app.state.db
         try:
-            await anyio.to_thread.run_sync(lambda: accounts.create_user(db, name, password, role=role))
+            operator_name = request.app.state.settings.archive_user
+            await anyio.to_thread.run_sync(
+                lambda: accounts.create_user(db, name, password, role=role, operator_name=operator_name)
+            )
         except accounts.AccountError as exc:
             rows = await anyio.to_thread.run_sync(quotas.usage, db)
             return await render(request, "users.html", status_code=422, users=rows, flash=str(exc), flash_kind="error")

@@ -407,7 +407,7 @@ class SSOPages(Controller):
         try:
             username = await oidc_client(request).finish(flow, redirect_uri(request), params)
             user_id = await anyio.to_thread.run_sync(
-                accounts.sso_user_id, state.db, username, settings.oidc_create_users
+                accounts.sso_user_id, state.db, username, settings.oidc_create_users, settings.archive_user
             )
         except SSOError as exc:
             return await _failed(request, exc, flow.next)

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from sqlalchemy import update
+
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
-from boxcar.shared.db.models import Webhook, WebhookDelivery
+from boxcar.shared.db.models import User, Webhook, WebhookDelivery
 from boxcar.webhook_sender import queries as q
 
 
 def test_deliveries_are_idempotent_leased_and_guarded(db: Database):
     now = utcnow()
     with db.write() as s:
+        for name, role in (("alice", "member"), ("bob", "member"), ("root", "admin")):
+            s.add(User(id=name.ljust(32, "0"), username=name, password_hash="!", role=role, created_at=now))
         for id_, owner, scope, events in (
             ("a" * 32, "alice", "user", ["snapshot.sealed"]),
             ("b" * 32, "bob", "user", ["snapshot.sealed"]),
@@ -30,6 +34,12 @@ def test_deliveries_are_idempotent_leased_and_guarded(db: Database):
         assert [h.id for h in hooks] == ["a" * 32]  # hers only, and only those wanting the event
         assert [h.id for h in q.matching_webhooks(s, "crawl.sealed", "alice", now)] == ["c" * 32]  # the instance's
         assert q.matching_webhooks(s, "snapshot.sealed", "alice", now - timedelta(seconds=1)) == []  # made later
+        s.execute(update(User).where(User.username == "root").values(role="member"))
+        assert q.matching_webhooks(s, "crawl.sealed", "alice", now) == []  # a demoted admin: no one's events
+        s.execute(update(User).where(User.username == "alice").values(is_active=False))
+        assert q.matching_webhooks(s, "snapshot.sealed", "alice", now) == []  # a disabled user's: nothing
+        s.execute(update(User).values(is_active=True))
+        s.execute(update(User).where(User.username == "root").values(role="admin"))
         assert q.add_deliveries(s, hooks, "snapshot.sealed", "snapshot.sealed:s1", lambda d: {"id": d}, now) == 1
     with db.write() as s:  # the same event again
         assert q.add_deliveries(s, hooks, "snapshot.sealed", "snapshot.sealed:s1", lambda d: {"id": d}, now) == 0
