@@ -254,7 +254,8 @@ class Settings(BaseSettings):
     max_request_body: int = Field(default=64 * 1024 * 1024, description="Bytes accepted in one request (413 above)")
     public_reads: bool = Field(
         default=False,
-        description="Serve GET endpoints, the snapshot list and snapshot pages without a token or login (true/false)",
+        description="Show the admins' archives (GET endpoints, the list, snapshot pages, files) without a token or "
+        "login; never a member's (true/false)",
     )
     public_url: str = Field(
         default="",
