@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
 from litestar.exceptions import (
     HTTPException,
     NotAuthorizedException,
@@ -31,8 +32,9 @@ from litestar.status_codes import (
     HTTP_422_UNPROCESSABLE_ENTITY,
 )
 
+from boxcar.ingest.api import schemas as api_schemas
 from boxcar.ingest.api.auth import API_KEY_HEADER
-from boxcar.ingest.api.schemas import DEPTH_DESCRIPTION, CrawlCreate, FeedCreate, FeedUpdate, ScheduleCreate, SeedIn
+from boxcar.ingest.api.schemas import DEPTH_DESCRIPTION
 from boxcar.shared.crawlconfig import MAX_DEPTH
 
 if TYPE_CHECKING:
@@ -92,9 +94,10 @@ def components() -> Components:
 def document(app: Litestar) -> None:
     """Complete the app's generated document (see the module docstring); call once, at start."""
     schemas = app.openapi_schema.components.schemas
-    for struct in (SeedIn, CrawlCreate, FeedCreate, FeedUpdate, ScheduleCreate):
-        if struct.__struct_config__.forbid_unknown_fields and struct.__name__ in schemas:
-            schemas[struct.__name__].additional_properties = False
+    for struct in vars(api_schemas).values():  # every strict body, however many there come to be
+        if isinstance(struct, type) and issubclass(struct, msgspec.Struct) and struct.__name__ in schemas:
+            if struct.__struct_config__.forbid_unknown_fields:
+                schemas[struct.__name__].additional_properties = False
     url = Schema(type=OpenAPIType.STRING, pattern=ABSOLUTE_URL, description="An absolute http(s) URL")
     schemas["SeedIn"].properties["url"] = url
     schemas["FeedCreate"].properties["url"] = url
