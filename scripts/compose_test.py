@@ -177,7 +177,9 @@ def view_through_archive_origin(stack: Stack, api: Api, snapshot: dict) -> str:
     the UI's origin) with the session cookie. Returns a line for the log; raises Failed."""
     password = secrets.token_urlsafe(12)
     ingest = stack.container("ingest")["Id"]
-    stack.engine("exec", "-e", f"BOXCAR_PASSWORD={password}", ingest, "boxcar", "user", "create", "compose-admin")
+    stack.engine(
+        "exec", "-e", f"BOXCAR_PASSWORD={password}", ingest, "boxcar", "user", "create", "--admin", "compose-admin"
+    )
     jar = http.cookiejar.CookieJar()
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     form = browser.open(f"{api.base}/login", timeout=30).read().decode()

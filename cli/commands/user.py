@@ -1,4 +1,4 @@
-"""``boxcar user create|list|password|disable|enable|remove|limits``: the archive's users (issue 28)."""
+"""``boxcar user create|list|role|password|disable|enable|remove|limits``: the archive's users (issue 28)."""
 
 from __future__ import annotations
 
@@ -26,18 +26,24 @@ def user() -> None:
 @user.command("create")
 @common_options
 @click.argument("name")
-@click.option("--admin", is_flag=True, help="An admin: every archive, the users, the stack's status")
+@click.option(
+    "--admin/--member",
+    default=None,
+    help="An admin (every archive, the users, the stack's status) or a member (their own archive); "
+    "default: the first user is an admin, later ones members",
+)
 @click.password_option(help="Prompted (twice) when not given; or set BOXCAR_PASSWORD", envvar="BOXCAR_PASSWORD")
 def user_create(data_dir, name, admin, password) -> None:
-    """Create a user who can log in to the web UI (a member with their own archive, or --admin)."""
-    from boxcar.ingest.web.accounts import AccountError, create_user
+    """Create a user who can log in to the web UI."""
+    from boxcar.ingest.web.accounts import AccountError, create_user, list_users
 
-    role = "admin" if admin else "member"
     settings = settings_for(data_dir)
+    db = open_database(settings, must_exist=False)
+    if admin is None:
+        admin = not list_users(db)  # the first person in sees what the operator's CLI archived
+    role = "admin" if admin else "member"
     try:
-        create_user(
-            open_database(settings, must_exist=False), name, password, role=role, operator_name=settings.archive_user
-        )
+        create_user(db, name, password, role=role, operator_name=settings.archive_user)
     except AccountError as exc:
         fail(str(exc), 2)
     err.print(f"{role} {name} created: log in at /login")
@@ -80,6 +86,19 @@ def user_list(data_dir, as_json) -> None:
             limits or "-",
         )
     err.print(table)
+
+
+@user.command("role")
+@common_options
+@click.argument("name")
+@click.argument("role", type=click.Choice(["admin", "member"]))
+def user_role(data_dir, name, role) -> None:
+    """Make a user an admin or a member."""
+    from boxcar.ingest.web.accounts import set_role
+
+    if not set_role(open_database(settings_for(data_dir)), name, role):
+        fail(f"no user {name}", 2)
+    err.print(f"{name} is now a {role}")
 
 
 @user.command("disable")

@@ -527,13 +527,15 @@ def test_boxcar_user_commands(tmp_path):
     data = ["--data-dir", str(tmp_path / "data")]
     run = CliRunner().invoke
     env = {"BOXCAR_PASSWORD": PASSWORD, "DATABASE_URL": ""}
-    assert run(cli, ["user", "create", "root", "--admin", *data], env=env).exit_code == 0
+    assert run(cli, ["user", "create", "root", *data], env=env).exit_code == 0  # the first: an admin
     assert run(cli, ["user", "create", "carol", *data], env=env).exit_code == 0
+    assert run(cli, ["user", "create", "dave", "--admin", *data], env=env).exit_code == 0
+    assert run(cli, ["user", "role", "dave", "member", *data]).exit_code == 0
     assert run(cli, ["user", "limits", "carol", "--per-day", "5", *data]).exit_code == 0
     assert run(cli, ["user", "disable", "carol", *data]).exit_code == 0
     listed = run(cli, ["user", "list", "--json", *data])
     rows = {r["username"]: r for r in map(__import__("json").loads, listed.output.splitlines())}
-    assert rows["root"]["role"] == "admin" and rows["carol"]["role"] == "member"
+    assert rows["root"]["role"] == "admin" and rows["carol"]["role"] == "member" and rows["dave"]["role"] == "member"
     assert rows["carol"]["max_snapshots_per_day"] == 5 and rows["carol"]["active"] is False
     asked = run(cli, ["user", "remove", "carol", "--yes", *data], input="\n")  # no answer: nothing done
     assert asked.exit_code != 0 and "keep, reassign or delete" in asked.output
