@@ -9,12 +9,15 @@ Routes:
 - ``/gallery/``: a page of three ``<img>`` (``/images/<n>.png``);
 - ``/article/``: an article with navigation around it, an image, and an image from another origin
   (``localhost``; SingleFile's check);
+- ``/scripted/``: a page whose text its script fetches (``/scripted/app.js`` loads
+  ``/scripted/story.json`` = ``SCRIPTED_TEXT``): wget keeps the page and the script, not the story;
 - ``/git/<name>.git``: a bare repository over git's smart HTTP (``git http-backend``), holding
   one commit with ``README.md`` = ``REPO_README``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -28,6 +31,8 @@ from urllib.parse import parse_qsl, urlsplit
 REPO_README = "Boxcar test repository: cloned over smart HTTP."
 ARTICLE_TEXT = "The lighthouse keeper counted forty-one ships passing the northern cape that winter."
 NAV_TEXT = "Subscribe to our partner newsletter"
+#: what ``/scripted/`` shows once its script has fetched ``/scripted/story.json`` (not in its HTML)
+SCRIPTED_TEXT = "The night ferry left Stornoway at eleven with ninety-two passengers aboard."
 SUBTITLES = "WEBVTT\n\n00:00.000 --> 00:01.500\nThe test card hums along.\n"
 
 
@@ -179,6 +184,17 @@ class CaptureSite:
                 + "</article>"
             )
             return self._send(req, 200, html, page("Winter at the cape", body))
+        if path == "/scripted/":
+            body = '<h1>Tonight\'s story</h1><main id="story">Loading…</main><script src="/scripted/app.js"></script>'
+            return self._send(req, 200, html, page("A page its script fills", body))
+        if path == "/scripted/app.js":
+            script = (
+                "fetch('/scripted/story.json').then(r => r.json())"
+                ".then(d => { document.getElementById('story').textContent = d.text; });"
+            )
+            return self._send(req, 200, "text/javascript", script.encode())
+        if path == "/scripted/story.json":
+            return self._send(req, 200, "application/json", json.dumps({"text": SCRIPTED_TEXT}).encode())
         if path == "/hostile/devtools":
             return self._send(req, 200, html, page("A page that wants the browser", HOSTILE_SCRIPT % self.hostile))
         if path == "/report":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -69,11 +70,48 @@ def load_crawl(db: Database, crawl_id: str) -> tuple[Crawl, list[Snapshot], list
     return crawl, snaps, results
 
 
+class _RangeHandler(SimpleHTTPRequestHandler):
+    """The standard library's file handler with single byte ranges (RFC 9110 §14), which
+    ReplayWeb.page uses to read a WACZ a piece at a time."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def end_headers(self) -> None:
+        self.send_header("Accept-Ranges", "bytes")
+        super().end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        wanted = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", "").strip())
+        path = Path(self.translate_path(self.path))
+        if wanted is None or not path.is_file() or wanted[0] == "bytes=-":
+            return super().do_GET()
+        size = path.stat().st_size
+        if wanted[1]:
+            first, last = int(wanted[1]), min(int(wanted[2]) if wanted[2] else size - 1, size - 1)
+        else:
+            first, last = max(0, size - int(wanted[2])), size - 1
+        if first > last:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.end_headers()
+            return None
+        self.send_response(206)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.send_header("Content-Length", str(last - first + 1))
+        self.end_headers()
+        with path.open("rb") as fh:
+            fh.seek(first)
+            self.wfile.write(fh.read(last - first + 1))
+        return None
+
+
 @contextlib.contextmanager
 def serve_directory(root: Path) -> Iterator[str]:
-    """A local HTTP server of ``root``'s files on a free loopback port; yields its base URL."""
-    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
+    """A local HTTP server of ``root``'s files (byte ranges too) on a free loopback port; yields
+    its base URL."""
+    handler = partial(_RangeHandler, directory=str(root))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -26,6 +26,7 @@ class AfterRun(StrEnum):
 
     NOTHING = ""
     WARC = "warc"  #: name wget's WARCs by snapshot and add WARC-IP-Address (``hook_executor.warc``)
+    BROWSER_WARC = "browser_warc"  #: write what the browser received as a WARC (``warc.from_responses``)
     DOCUMENT = "document"  #: give a document its type's extension, take a PDF's title (``documents``)
     MEDIA = "media"  #: a cut download is failed, metadata without media noresults (``media``)
 
@@ -105,6 +106,15 @@ QUIRKS: tuple[Quirk, ...] = (
         credentials=Credentials.WGETRC,
         after_run=AfterRun.WARC,
         page_response=PageResponse.WGET_LOG,
+    ),
+    Quirk(
+        plugin="responses",
+        reason=(
+            "It keeps every body the browser received (what the page's scripts fetched too) but writes no WARC; "
+            "the executor writes one from its index (responses/warc/), so a page built by JavaScript replays and "
+            "exports in WACZ with what the browser saw, not only wget's fetch."
+        ),
+        after_run=AfterRun.BROWSER_WARC,
     ),
     Quirk(
         plugin="staticfile",

@@ -45,7 +45,8 @@ class PageResponse(msgspec.Struct):
     retry_after: float | None = None
 
 
-def _json_file(path: Path) -> dict:
+def json_file(path: Path) -> dict:
+    """The JSON object in ``path``, or ``{}`` (missing, unreadable, not an object)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -55,8 +56,8 @@ def _json_file(path: Path) -> dict:
 
 def from_browser(snap_dir: Path) -> PageResponse | None:
     """What the browser saw: ``chrome/navigation.json``, completed by ``headers/headers.json``."""
-    navigation = _json_file(snap_dir / "chrome" / "navigation.json")
-    headers = _json_file(snap_dir / "headers" / "headers.json")
+    navigation = json_file(snap_dir / "chrome" / "navigation.json")
+    headers = json_file(snap_dir / "headers" / "headers.json")
     status = navigation.get("status")
     if not isinstance(status, int):
         status = headers.get("status")

@@ -28,6 +28,7 @@ import functools
 import logging
 import shutil
 import time
+from importlib import metadata
 from pathlib import Path
 
 import msgspec
@@ -376,6 +377,8 @@ class TaskRun:
         special = quirk(proc.hook.plugin)
         if special.after_run is AfterRun.WARC and proc.started_at is not None:
             await asyncio.to_thread(self._finalize_warcs, proc.started_at.timestamp())
+        if special.after_run is AfterRun.BROWSER_WARC and proc.started_at is not None:
+            await asyncio.to_thread(self._browser_warc, proc.started_at.timestamp())
         try:
             result = proc.archive_result(task.snapshot_id, task.crawl_id)
             if special.after_run is AfterRun.DOCUMENT and result.status == ResultStatus.SUCCEEDED:
@@ -437,6 +440,22 @@ class TaskRun:
         addresses = self.x.egress.connections.addresses(since=started - 1) if self.x.egress else {}
         warc.finalize(self.snap_dir / "wget", self.task.snapshot_id, int((started - 1) * 1e9), addresses)
 
+    def _browser_warc(self, started: float) -> None:
+        """What the browser received, as a WARC next to the ``responses`` plugin's files
+        (``warc.from_responses``); a failure is logged and leaves the plugin's own output as it is.
+
+        The shared Chromium reuses its connections through the proxy across snapshots, so a host's
+        address may come from a connection an earlier page opened (``_KEEP_ALIVE_S`` back)."""
+        since = started - _KEEP_ALIVE_S
+        addresses = self.x.egress.connections.addresses(since=since) if self.x.egress else {}
+        headers = responses.json_file(self.snap_dir / "headers" / "headers.json")
+        try:
+            warc.from_responses(
+                self.snap_dir / "responses", self.task.snapshot_id, headers, addresses, software=_WARC_SOFTWARE
+            )
+        except Exception:
+            log.exception("%s: could not write the browser's WARC", self.task.snapshot_id)
+
     def _page_response(self) -> None:
         """The page's HTTP status / final URL / network error, from what the hooks left."""
         response = responses.from_browser(self.snap_dir) if self.task.family == "browser" else None
@@ -449,6 +468,13 @@ class TaskRun:
             self.completed.final_url = self.env.redact(strip_userinfo(response.final_url))
             self.completed.network_error = response.network_error
             self.completed.retry_after = response.retry_after
+
+
+#: how far back a connection the browser may still be reusing can have been opened (seconds)
+_KEEP_ALIVE_S = 900
+
+#: the ``software`` of the browser WARC's warcinfo record
+_WARC_SOFTWARE = f"Boxcar {metadata.version('boxcar')} (abx-plugins {metadata.version('abx-plugins')} responses)"
 
 
 def _result(task: HookTask, hook: Hook, status: str, reason: str) -> ArchiveResultRecord:

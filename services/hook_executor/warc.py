@@ -1,4 +1,4 @@
-"""wget's WARC files, made fit for WARC tools once the hook has written them.
+"""The WARC files of a snapshot: wget's made fit for WARC tools, and one of what the browser received.
 
 The wget plugin names its WARC ``warc/<unix seconds>.warc.gz``, so the snapshots of one crawl
 captured in the same second share a file name (harmless on disk, one directory each, but every
@@ -9,16 +9,24 @@ rewrites each new WARC of the task as ``warc/<seconds>-<snapshot_id>.warc.gz`` w
 the proxy connected to for each record's host (``egress.connections.ConnectionLog``), the warcinfo's
 ``WARC-Filename`` to match, every other header and every block as wget wrote them (block
 digests stay valid: headers are not part of them), and removes the original.
+
+wget does not run scripts, so what a page's scripts fetch is not in its WARC. ``from_responses``
+writes a second WARC, ``responses/warc/<seconds>-<snapshot_id>.warc.gz``, from what the browser
+received (the ``responses`` plugin's bodies), so a page built by JavaScript replays too.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from datetime import UTC, datetime
+from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from warcio.archiveiterator import ArchiveIterator
+from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 log = logging.getLogger(__name__)
@@ -81,3 +89,152 @@ def _address(uri: str, addresses: dict[tuple[str, int], str]) -> str:
     except ValueError:
         return ""
     return addresses.get(((parts.hostname or "").lower(), port), "")
+
+
+# --------------------------------------------------------------------------- the browser's responses
+
+#: The browser's WARC: ``responses/warc/<seconds>-<snapshot_id>.warc.gz``.
+BROWSER_WARC_DIR = "warc"
+
+#: Response headers of the page kept from the ``headers`` plugin; the others describe a transfer
+#: (its encoding, its length before decoding) that the recorded body, as Chromium decoded it, no
+#: longer has.
+_TRANSFER_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length", "connection", "keep-alive"})
+
+
+def from_responses(
+    plugin_dir: Path,
+    snapshot_id: str,
+    page_headers: dict,
+    addresses: dict[tuple[str, int], str],
+    software: str,
+) -> str | None:
+    """Write what the browser received as a WARC: one ``response`` record per body the
+    ``responses`` plugin kept (``plugin_dir/index.jsonl``: ``url``, ``method``, ``status``,
+    ``mimeType``, ``ts``, ``path``), so a page whose content its scripts fetched replays in
+    ReplayWeb.page and pywb (wget's WARC has the page and its requisites, not what scripts load).
+
+    Args:
+        plugin_dir: the snapshot's ``responses`` directory.
+        snapshot_id: names the file (``warc/<seconds>-<snapshot_id>.warc.gz``, as ``finalize``
+            names wget's).
+        page_headers: the ``headers`` plugin's ``headers.json`` (``final_url``/``url``,
+            ``response_headers``) or ``{}``: the page's own response keeps its real headers.
+        addresses: (host, port) → the address the egress proxy connected to (``WARC-IP-Address``).
+        software: the ``software`` field of the warcinfo record.
+
+    Returns:
+        The file's path relative to ``plugin_dir``, or None when there was nothing to write (no
+        index, no GET response with a body).
+
+    The plugin keeps bodies, status and MIME type but not the HTTP headers, so the records' HTTP
+    headers are ``Content-Type`` and ``Content-Length`` (the warcinfo says so), except the page's,
+    which come from the ``headers`` plugin without the transfer headers (the body is decoded).
+    Only ``GET`` responses are written (a replayed POST needs its request body, which the plugin
+    does not keep); 3xx/4xx/5xx responses are not kept by the plugin. Written to a temporary name
+    and renamed: a crash leaves no half WARC under the final name.
+    """
+    entries = _response_entries(plugin_dir / "index.jsonl")
+    if not entries:
+        return None
+    page_url = str(page_headers.get("final_url") or page_headers.get("url") or "")
+    real_headers = {
+        str(k): str(v)
+        for k, v in (page_headers.get("response_headers") or {}).items()
+        if str(k).lower() not in _TRANSFER_HEADERS and not str(k).startswith(":")  # HTTP/2's :status
+    }
+    first = min(e["ts"] for e in entries)
+    target = plugin_dir / BROWSER_WARC_DIR / f"{int(_warc_date(first).timestamp())}-{snapshot_id}.warc.gz"
+    target.parent.mkdir(exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    written = 0
+    with open(tmp, "wb") as out:
+        writer = WARCWriter(out, gzip=True, warc_version="WARC/1.1")
+        info = {
+            "software": software,
+            "format": "WARC File Format 1.1",
+            "description": (
+                "What Chromium received while the page loaded, from abx-plugins' responses plugin: bodies as "
+                "the browser decoded them; HTTP headers are Content-Type and Content-Length only, except the "
+                "page's own response (its headers from the headers plugin)."
+            ),
+        }
+        writer.write_record(writer.create_warcinfo_record(target.name, info))
+        for entry in entries:
+            body_path = plugin_dir / entry["path"]
+            try:
+                size = body_path.stat().st_size
+            except OSError:
+                continue
+            headers = _http_headers(entry, size, real_headers if entry["url"] == page_url else {})
+            extra = {"WARC-Date": _warc_date(entry["ts"]).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            ip = _address(entry["url"], addresses)
+            if ip:
+                extra["WARC-IP-Address"] = ip
+            with open(body_path, "rb") as body:
+                record = writer.create_warc_record(
+                    entry["url"],
+                    "response",
+                    payload=body,
+                    length=size,
+                    http_headers=StatusAndHeaders(headers[0], headers[1], protocol="HTTP/1.1"),
+                    warc_headers_dict=extra,
+                )
+                writer.write_record(record)
+            written += 1
+    if not written:
+        tmp.unlink()
+        return None
+    os.replace(tmp, target)
+    return str(target.relative_to(plugin_dir))
+
+
+def _response_entries(index: Path) -> list[dict]:
+    """The index's GET entries with an http(s) URL, a status, a timestamp and a body path inside
+    the plugin's directory (a line that is not that is skipped: the plugin may have been killed
+    mid-line)."""
+    out = []
+    try:
+        lines = index.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or entry.get("method") != "GET":
+            continue
+        url, path, status, ts = entry.get("url"), entry.get("path"), entry.get("status"), entry.get("ts")
+        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            continue
+        if not (isinstance(path, str) and isinstance(status, int) and isinstance(ts, str) and 100 <= status <= 599):
+            continue
+        rel = Path(path)
+        if rel.is_absolute() or ".." in rel.parts:
+            continue
+        try:
+            _warc_date(ts)
+        except ValueError:
+            continue
+        out.append(entry)
+    return out
+
+
+def _warc_date(ts: str) -> datetime:
+    """The plugin's ``20261203T184501`` (UTC) as a datetime."""
+    return datetime.strptime(ts, "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+
+
+def _http_headers(entry: dict, size: int, real: dict[str, str]) -> tuple[str, list[tuple[str, str]]]:
+    """The status line and headers of one record (see ``from_responses``)."""
+    status = int(entry["status"])
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    statusline = f"{status} {reason}".strip()
+    if real:
+        return statusline, [*real.items(), ("Content-Length", str(size))]
+    kind = str(entry.get("mimeType") or "") or "application/octet-stream"
+    return statusline, [("Content-Type", kind), ("Content-Length", str(size))]

@@ -417,6 +417,14 @@ class SnapshotLibrary:
             warcs = sorted(rel for rel in wget.output_files if rel.startswith("warc/") and ".warc" in rel)
             if warcs:
                 links["warc"] = f"wget/{warcs[0]}"
+        browser = ok.get("responses")
+        if browser is not None:  # what the browser received (hook_executor.warc.from_responses)
+            warcs = sorted(rel for rel in browser.output_files if rel.startswith("warc/") and ".warc" in rel)
+            if warcs:
+                links["browser_warc"] = f"responses/{warcs[0]}"
+        # replay shows what the browser saw where it ran (scripts' fetches included), else wget's capture
+        if "browser_warc" in links or "warc" in links:
+            links["replay"] = links.get("browser_warc") or links["warc"]
         return links
 
     def find(self, id_or_url: str, *, viewer: Viewer) -> list[str]:

@@ -69,7 +69,7 @@ class ReplayController(Controller):
         """The viewer of the snapshot's WARC, starting at its URL."""
         viewer = await viewer_of(request)
         detail = await anyio.to_thread.run_sync(lambda: library.detail(snapshot_id[:32], viewer=viewer))
-        if detail is None or "warc" not in detail.links or not replay.available(request.app.state.settings):
+        if detail is None or "replay" not in detail.links or not replay.available(request.app.state.settings):
             raise NotFoundException("nothing to replay")
         snap = detail.snapshot
         return Template(
@@ -77,7 +77,7 @@ class ReplayController(Controller):
             context={
                 "title": snap.title or snap.url,
                 "url": snap.url,
-                "source": f"/archive/{snap.id}/{detail.links['warc']}",
+                "source": f"/archive/{snap.id}/{detail.links['replay']}",
             },
         )
 

@@ -220,7 +220,7 @@ class SnapshotPages(Controller):
             ]
         settings = request.app.state.settings
         replay_url = ""
-        if "warc" in detail.links and archive_origin(settings, str(request.url)) and replay.available(settings):
+        if "replay" in detail.links and archive_origin(settings, str(request.url)) and replay.available(settings):
             replay_url = f"/snapshots/{snapshot_id}/replay"
         return await render(
             request,
@@ -251,10 +251,14 @@ class SnapshotPages(Controller):
         viewer = await viewer_of(request)
         detail = await anyio.to_thread.run_sync(lambda: library.detail(snapshot_id[:32], viewer=viewer))
         origin = archive_origin(request.app.state.settings, str(request.url))
-        if detail is None or "warc" not in detail.links or not origin:
+        if detail is None or "replay" not in detail.links or not origin:
             raise NotFoundException("nothing to replay")
         return await render(
-            request, "replay_frame.html", snap=detail.snapshot, frame_url=f"{origin}/replay-view/{snapshot_id}"
+            request,
+            "replay_frame.html",
+            snap=detail.snapshot,
+            frame_url=f"{origin}/replay-view/{snapshot_id}",
+            from_browser=detail.links["replay"] == detail.links.get("browser_warc"),
         )
 
     @post(f"/snapshots/{ID}/tags", guards=[require_login])
