@@ -6,6 +6,7 @@ a service process of its own serves its own metrics on ``METRICS_PORT``."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import httpx
 import nats
 from prometheus_client.parser import text_string_to_metric_families
 
+from boxcar.cli.client import STACK_FILE
 from boxcar.cli.stack import EmbeddedStack, free_port
 from boxcar.crawl_runner import queries as q
 from boxcar.shared import bus
@@ -218,6 +220,39 @@ def test_a_service_process_serves_its_own_metrics(tmp_path: Path, nats_url):
         proc.terminate()
         proc.wait(30)
     assert proc.returncode == 0, (tmp_path / "projector.log").read_text()[-2000:]
+
+
+def test_every_service_process_serves_its_own_metrics(sqlite_url, nats_url, make_stack, site_urls):
+    """The processes shape, as Compose runs the services: each process serves its own metrics on
+    its own port (``stack.json`` says which), each counting what that service did."""
+    base = free_port()
+    env = {"PLUGINS": "wget", "METRICS_PORT": str(base)}
+    stack = make_stack(sqlite_url, nats_url, families=["fetch"], env=env, shape="processes")
+    ports = json.loads((stack.data_dir / STACK_FILE).read_text())["metrics"]
+    assert sorted(ports) == sorted(c.name for c in stack.children)
+    assert len(set(ports.values())) == len(ports)
+    crawl_id = submit(stack, urls=site_urls(1))
+    wait_until(lambda: api(stack).get(f"/api/v1/crawls/{crawl_id}").json()["status"] == "sealed", 120, "the seal")
+    client = httpx.Client(timeout=30)
+
+    def scraped(name: str) -> Scrape:
+        return scrape(client, f"http://127.0.0.1:{ports[name]}/metrics")
+
+    def counted(name: str, metric: str, **labels: str) -> Scrape | None:
+        last = scraped(name)
+        return last if last.value(metric, **labels) >= 1 else None
+
+    executor = wait_until(lambda: counted("hook-executor-fetch", "boxcar_hooks_total"), 30, "the executor's count")
+    assert executor.value("boxcar_hooks_total", family="fetch", plugin="wget") == 1
+    assert executor.value("boxcar_seals_total") == 0  # the runner seals, not the executor
+    runner = wait_until(lambda: counted("crawl-runner", "boxcar_seals_total", row="crawl"), 30, "the runner's seal")
+    assert runner.value("boxcar_hooks_total") == 0 and runner.value("boxcar_tasks_total", status="succeeded") == 1
+    wait_until(lambda: counted("result-projector", "boxcar_projector_lag_seconds_count"), 30, "the projector's count")
+    ingest = scraped("ingest")
+    assert ingest.value("boxcar_snapshots", status="sealed") == 1  # the stack's gauges: ingest's
+    assert "boxcar_crawls" not in scraped("webhook-sender").families
+    for name in ports:
+        assert scraped(name).value("process_resident_memory_bytes") > 0, name
 
 
 def test_the_processes_shape_gives_each_process_its_own_port(tmp_path):
