@@ -255,6 +255,44 @@ def test_every_service_process_serves_its_own_metrics(sqlite_url, nats_url, make
         assert scraped(name).value("process_resident_memory_bytes") > 0, name
 
 
+def test_the_oldest_waiting_task_age_comes_from_the_stream(nats_url):
+    """``boxcar_tasks_pending_age_seconds``: the age of the first task of a family its consumer has
+    not delivered (JetStream's next-by-subject get), with a consumer or before one exists."""
+    from boxcar.ingest.status import family_status
+    from boxcar.shared.families import load_families
+    from boxcar.shared.messages import HookTask
+
+    def task(family: str, n: int) -> HookTask:
+        return HookTask(
+            task_id=f"t{n}",
+            crawl_id="c",
+            snapshot_id="s",
+            url="https://example.com/",
+            stage=1,
+            family=family,
+            snap_dir="x",
+        )
+
+    async def measure() -> tuple[dict, float]:
+        nc = await nats.connect(nats_url)
+        js = nc.jetstream()
+        await bus.ensure_streams(js)
+        await bus.ensure_consumer(js, bus.TASKS_STREAM, bus.family_consumer("fetch"), bus.task_subject("fetch"))
+        first = utcnow()
+        for n, family in enumerate(("fetch", "parse", "fetch")):
+            await bus.publish(js, bus.task_subject(family), task(family, n), msg_id=f"t{n}")
+        status = await family_status(js, load_families())
+        waited = (utcnow() - first).total_seconds()
+        await nc.close()
+        return status, waited
+
+    status, waited = asyncio.run(measure())
+    assert status["fetch"].pending == 2 and status["parse"].pending == 1
+    for family in ("fetch", "parse"):  # parse: no consumer yet, read from the stream alone
+        assert 0 < status[family].oldest_pending_seconds <= waited + 0.01, family
+    assert status["index"].pending == 0 and status["index"].oldest_pending_seconds == 0
+
+
 def test_the_processes_shape_gives_each_process_its_own_port(tmp_path):
     """``EMBEDDED_SHAPE=processes`` with ``METRICS_PORT``: the children get consecutive ports (no
     two bind the same one); with 0, none is set."""
