@@ -6,7 +6,9 @@ set), migrates the schema, then starts ingest, crawl-runner, result-projector, b
 webhook-sender and one hook-executor per family: by default as tasks of one process (``boxcar.cli.allinone``,
 ``EMBEDDED_SHAPE=one``), or one process each (``EMBEDDED_SHAPE=processes``, as Compose runs
 them). Children that die are restarted (with back-off); logs go to ``DATA_DIR/logs/<name>.log``.
-``DATA_DIR/.boxcar/stack.json`` tells ``boxcar add`` where a running stack's API is.
+``DATA_DIR/.boxcar/stack.json`` tells ``boxcar add`` where a running stack's API is (and, with
+``METRICS_PORT``, each process's metrics port: the one process's, or in the ``processes`` shape
+``METRICS_PORT``, ``METRICS_PORT + 1``, … in the order the children start).
 """
 
 from __future__ import annotations
@@ -132,6 +134,8 @@ class Child:
     log_path: Path
     proc: subprocess.Popen | None = None
     restarts: list[float] = field(default_factory=list)
+    #: this child's own environment on top of the stack's (its METRICS_PORT)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 class EmbeddedStack:
@@ -209,7 +213,7 @@ class EmbeddedStack:
                     (f"hook-executor-{f}", [py, "-m", "boxcar.hook_executor", "--family", f]) for f in self.families
                 ]
             for name, argv in specs:
-                child = Child(name, argv, self.log_dir / f"{name}.log")
+                child = Child(name, argv, self.log_dir / f"{name}.log", env=self._metrics_env(len(self.children)))
                 self._spawn(child, env)
                 self.children.append(child)
             self._wait_api(timeout)
@@ -273,13 +277,19 @@ class EmbeddedStack:
         )
         return env
 
+    def _metrics_env(self, index: int) -> dict[str, str]:
+        """The ``index``-th child's ``METRICS_PORT``: ``METRICS_PORT + index`` (one process: the
+        port itself); nothing when it is 0."""
+        base = self.settings.metrics_port
+        return {"METRICS_PORT": str(base + index)} if base else {}
+
     def _spawn(self, child: Child, env: dict[str, str]) -> None:
         # Own process group (Ctrl-C reaches only us; we stop children in order) and SIGTERM when
         # we die, however we die: an embedded stack never outlives the command that started it.
         with open(child.log_path, "ab") as out:
             child.proc = subprocess.Popen(
                 child.argv,
-                env=env,
+                env={**env, **child.env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -313,6 +323,7 @@ class EmbeddedStack:
                     "started_at": time.time(),
                     "children": {c.name: c.proc.pid for c in self.children if c.proc}
                     | ({"nats-server": self.nats_proc.pid} if self.nats_proc else {}),
+                    "metrics": {c.name: int(c.env["METRICS_PORT"]) for c in self.children if "METRICS_PORT" in c.env},
                 }
             )
         )
@@ -322,7 +333,12 @@ class EmbeddedStack:
         the ``processes`` shape)."""
         template = next(c for c in self.children if c.name == name)
         count = sum(c.name.startswith(name) for c in self.children)
-        child = Child(f"{name}-{count + 1}", template.argv, self.log_dir / f"{name}-{count + 1}.log")
+        child = Child(
+            f"{name}-{count + 1}",
+            template.argv,
+            self.log_dir / f"{name}-{count + 1}.log",
+            env=self._metrics_env(len(self.children)),
+        )
         self._spawn(child, self._child_env())
         self.children.append(child)
         return child

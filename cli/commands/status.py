@@ -51,10 +51,11 @@ def status_cmd(data_dir, api, token, as_json) -> None:
     if services:
         alive = {True: "[green]alive[/]", False: "[red]DOWN[/]"}
         err.print("services " + "  ".join(f"{name} {alive[up]}" for name, up in services.items()))
-    table = Table("family", "pending", "in progress", "idle executors", "alive")
+    table = Table("family", "pending", "oldest waiting", "in progress", "idle executors", "alive")
     for name, fam in state["families"].items():
         alive = "[green]yes[/]" if fam["alive"] else ("[red]NO[/]" if fam["pending"] else "no")
-        table.add_row(name, str(fam["pending"]), str(fam["in_progress"]), str(fam["executors_waiting"]), alive)
+        waited = f"{fam.get('oldest_pending_seconds', 0):.0f} s" if fam["pending"] else ""
+        table.add_row(name, str(fam["pending"]), waited, str(fam["in_progress"]), str(fam["executors_waiting"]), alive)
     Console().print(table)
     for name in state["stalled_families"]:
         err.print(f"[red]family {name} has tasks waiting and no executor:[/] start `hook-executor --family {name}`")

@@ -11,4 +11,5 @@ Modules, one concern each:
 - ``plugins``    the abx-plugins catalogue: hooks, config resolution, required binaries
 - ``urls``       URL validation and canonicalization
 - ``telemetry``  OpenTelemetry set-up and W3C trace-context propagation
+- ``metrics``    every Prometheus metric, defined once, and the ``METRICS_PORT`` server
 """

@@ -52,7 +52,7 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
-from boxcar.shared import telemetry
+from boxcar.shared import metrics, telemetry
 from boxcar.shared.messages import encode
 
 log = logging.getLogger(__name__)
@@ -410,23 +410,30 @@ async def consume(
     (one transaction for many events); if it raises, the messages are handled one by one.
     When ``stop`` is set, fetching stops, handlers in flight get ``grace`` seconds, then are
     cancelled and their messages ``nak``-ed for another replica.
+
+    Each settled message counts in ``boxcar_messages_total{consumer, outcome}`` and each handler
+    call (not a batch's) in ``boxcar_message_handling_seconds`` (``boxcar.shared.metrics``).
     """
     inflight: set[asyncio.Task[None]] = set()
     free_slot = asyncio.Event()
+    outcomes = {outcome: metrics.MESSAGES.labels(consumer, outcome) for outcome in metrics.MESSAGE_OUTCOMES}
+    handling = metrics.MESSAGE_SECONDS.labels(consumer)
 
     async def settle(msg: Msg) -> None:
         beat = asyncio.create_task(_beat(msg, heartbeat)) if heartbeat else None
+        started = asyncio.get_running_loop().time()
         try:
             await handler(msg)
         except asyncio.CancelledError:
             await asyncio.shield(_quietly(msg.nak()))
+            outcomes["handed_back"].inc()
             raise
         except (Poison, msgspec.ValidationError, msgspec.DecodeError) as exc:
-            await _give_up(js, consumer, msg, exc, None)
+            outcomes[await _give_up(js, consumer, msg, exc, None)].inc()
         except Exception as exc:
             delivered = msg.metadata.num_delivered
             if delivered >= max_deliver:
-                await _give_up(js, consumer, msg, exc, on_dead)
+                outcomes[await _give_up(js, consumer, msg, exc, on_dead)].inc()
             else:
                 log.warning(
                     "%s: %s failed (delivery %d of %d), retrying: %s",
@@ -437,9 +444,12 @@ async def consume(
                     _short(exc),
                 )
                 await _quietly(msg.nak(delay=retry_delay(delivered)))
+                outcomes["retried"].inc()
         else:
             await _quietly(msg.ack())
+            outcomes["acked"].inc()
         finally:
+            handling.observe(asyncio.get_running_loop().time() - started)
             if beat:
                 beat.cancel()
 
@@ -474,6 +484,7 @@ async def consume(
             else:
                 for msg in msgs:
                     await _quietly(msg.ack())
+                outcomes["acked"].inc(len(msgs))
                 continue
         if concurrency == 1:
             for msg in msgs:
@@ -512,7 +523,9 @@ async def _fetch_unless_stopped(
 
 async def _give_up(
     js: JetStreamContext, consumer: str, msg: Msg, exc: BaseException, on_dead: DeadHandler | None
-) -> None:
+) -> str:
+    """Report (``on_dead``), dead-letter and ``term`` a message; returns the outcome for
+    ``boxcar_messages_total``: ``dead_lettered``, or ``retried`` when the report failed."""
     if on_dead is not None:
         try:
             await on_dead(msg, exc)
@@ -524,12 +537,13 @@ async def _give_up(
                 _short(dead_exc),
             )
             await _quietly(msg.nak(delay=retry_delay(msg.metadata.num_delivered)))
-            return
+            return "retried"
     try:
         await dead_letter(js, consumer, msg, exc)
     except Exception as dl_exc:
         log.error("%s: could not dead-letter %s (%s): %s", consumer, msg.subject, _short(dl_exc), _short(exc))
     await _quietly(msg.term())
+    return "dead_lettered"
 
 
 async def _beat(msg: Msg, interval: float) -> None:

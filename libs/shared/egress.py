@@ -21,8 +21,9 @@ IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, SII
 2. the stack's own services. On *this host* — loopback, the unspecified address (``0.0.0.0``,
    ``0``, ``[::]``, which Linux connects to this host) and this machine's own interface
    addresses — every port the stack opens: NATS and its monitoring port, Postgres, the API, the
-   archive origin (``ARCHIVE_PORT``), and the ports processes register at run time (a browser's
-   DevTools port, an egress proxy's own port: ``RuntimePorts``). A service on another host
+   archive origin (``ARCHIVE_PORT``), the metrics port (``METRICS_PORT``), and the ports processes
+   register at run time (a browser's DevTools port, an egress proxy's own port, a metrics port:
+   ``RuntimePorts``). A service on another host
    (Compose's ``nats``, ``postgres``) is refused as a whole host;
 3. private, loopback, link-local, unspecified and other special-purpose addresses, unless
    ``URL_ALLOW_PRIVATE=true`` (a homelab archiving its LAN).
@@ -218,7 +219,7 @@ class EgressPolicy(msgspec.Struct, frozen=True):
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> EgressPolicy:
         """The policy for this deployment: ``URL_ALLOW_PRIVATE``, the service URLs in the settings
-        (``NATS_URL`` and its monitoring port, ``DATABASE_URL``, the API, ``ARCHIVE_PORT``),
+        (``NATS_URL`` and its monitoring port, ``DATABASE_URL``, the API, ``ARCHIVE_PORT``, ``METRICS_PORT``),
         ``EGRESS_SERVICES`` (extra ``host:port``, comma-separated) and ``URL_ALLOWLIST``'s
         domains."""
         environ = os.environ if environ is None else environ
@@ -228,6 +229,8 @@ class EgressPolicy(msgspec.Struct, frozen=True):
             urls.append(f"http://{settings.api_host}:{settings.archive_port}")
         if settings.archive_origin:
             urls.append(settings.archive_origin)
+        if settings.metrics_port:
+            urls.append(f"http://{settings.metrics_host}:{settings.metrics_port}")
         for url in urls:
             parts = urlsplit(url or "")
             try:

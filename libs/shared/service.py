@@ -1,4 +1,4 @@
-"""What every service process does at start and stop: logging, tracing, schema, signals.
+"""What every service process does at start and stop: logging, tracing, metrics, schema, signals.
 
 Usage (see ``nats.py examples/docs/graceful_shutdown.py``: signals set an event, the loop drains)::
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from boxcar.shared import telemetry
+from boxcar.shared import metrics, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.procutil import limit_malloc_arenas
 from boxcar.shared.settings import Settings, get_settings
@@ -64,6 +64,8 @@ async def run_service(
         name: the service name (logs, ``service.name`` of its spans).
         database: open the database and upgrade its schema (services that own no rows skip it).
 
+    With ``METRICS_PORT`` the process serves its Prometheus metrics there (``boxcar.shared.metrics``).
+
     Yields:
         ``(settings, db, stopping)``: ``db`` is None without ``database``; ``stopping`` is a
         future resolved by SIGTERM/SIGINT.
@@ -73,6 +75,7 @@ async def run_service(
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     telemetry.setup_tracing(name, settings.span_log_dir)
+    exporter = metrics.serve_settings(settings)
     db = Database(settings.sqlalchemy_url) if database else None
     if db is not None:
         await asyncio.to_thread(db.upgrade_in_child)
@@ -93,6 +96,8 @@ async def run_service(
         heartbeat.cancel()
         if db is not None:
             db.dispose()
+        if exporter is not None:
+            exporter.stop()
         telemetry.shutdown_tracing()
 
 

@@ -263,6 +263,19 @@ class Settings(BaseSettings):
         "empty: links are relative)",
     )
 
+    # --- metrics (Prometheus)
+    metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port on which each service process serves its Prometheus metrics at /metrics, with no token "
+        "(0 = off; ingest's API serves them at /metrics with a token either way)",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Address METRICS_PORT listens on (Compose: 0.0.0.0, reached on the stack's internal network only)",
+    )
+
     # --- webhooks (the webhook-sender)
     webhook_max_attempts: int = Field(
         default=6, ge=1, description="Times a webhook delivery is tried before it is marked failed"

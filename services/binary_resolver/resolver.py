@@ -25,7 +25,7 @@ from pathlib import Path
 
 import msgspec
 
-from boxcar.shared import bus, telemetry
+from boxcar.shared import bus, metrics, telemetry
 from boxcar.shared.messages import BinaryRecord, BinaryReply, BinaryRequest, decode, encode
 from boxcar.shared.secrets import public_environ
 from boxcar.shared.settings import Settings
@@ -199,6 +199,9 @@ class BinaryResolver:
                     self.settings.binary_install_providers,
                     self.settings.machine_name,
                 )
+            metrics.BINARY_RESOLUTIONS.labels(
+                "failed" if not reply.ok else "installed" if reply.installed else "loaded"
+            ).inc()
             if reply.ok and reply.binary:
                 b = reply.binary
                 try:

@@ -29,11 +29,11 @@ from sqlalchemy.orm import Session
 
 from boxcar.crawl_runner import queries as q
 from boxcar.crawl_runner.planner import Plan, plan_for
-from boxcar.shared import bus, telemetry
+from boxcar.shared import bus, metrics, telemetry
 from boxcar.shared.admission import admit, archived_keys
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import CrawlConfig
-from boxcar.shared.db import Database, attach_tags
+from boxcar.shared.db import Database, after_commit, attach_tags
 from boxcar.shared.db.models import Base, Crawl, Snapshot, SnapshotTask, TaskStatus
 from boxcar.shared.families import FamilyTable, load_families
 from boxcar.shared.ids import new_id
@@ -407,6 +407,8 @@ class Decisions:
             delay = max(self.settings.url_retry_backoff * 2 ** (snap.attempts - 1), min(retry_after or 0, 3600))
             why = f"HTTP {snap.http_status}" if snap.http_status else snap.network_error
             if q.requeue_snapshot(s, snap, now + timedelta(seconds=delay), now):
+                reason = "http_status" if snap.http_status else "network_error"
+                after_commit(s, metrics.CAPTURE_RETRIES.labels(reason).inc)
                 log.info(
                     "snapshot %s: %s; capturing again in %.0fs (attempt %d of %d)",
                     snap.id,

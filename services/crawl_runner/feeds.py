@@ -29,7 +29,7 @@ import httpx
 import msgspec
 
 from boxcar.crawl_runner import queries as q
-from boxcar.shared import bus, importers, secrets, telemetry
+from boxcar.shared import bus, importers, metrics, secrets, telemetry
 from boxcar.shared.admission import admit, archived_keys
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import CrawlConfig
@@ -221,8 +221,12 @@ class FeedPoller:
                 reason = str(exc) if isinstance(exc, (ValueError, TimeoutError)) else f"{type(exc).__name__}: {exc}"
                 log.warning("feed %s (%s) failed: %s", schedule.id, schedule.feed_url, reason[:300])
                 await asyncio.to_thread(self._record_failure, schedule, lease_until, reason)
+                metrics.FEED_POLLS.labels("failed").inc()
                 return
+        outcome = "new_items" if created else "not_modified" if response.not_modified else "no_new_items"
+        metrics.FEED_POLLS.labels(outcome).inc()
         if created:
+            metrics.FEED_ITEMS.inc(created[1])
             log.info("feed %s: %d new item(s) → crawl %s", schedule.id, created[1], created[0])
             self.runner._wake.set()
             notice = FeedNewItems(schedule_id=schedule.id, crawl_id=created[0], new_items=created[1], at=utcnow())

@@ -57,7 +57,8 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, Update, exists, func, or_, select, text, true, update
 from sqlalchemy.orm import Session
 
-from boxcar.shared.db import BATCH, attach_tags, insert_for
+from boxcar.shared import metrics
+from boxcar.shared.db import BATCH, after_commit, attach_tags, insert_for
 from boxcar.shared.db.models import (
     OPEN_STATUSES,
     ArchiveResult,
@@ -86,6 +87,20 @@ HOST_CLAIM_LOCK = 0x627868_6F7374
 def _one(s: Session, stmt: Update) -> bool:
     """Run a conditional UPDATE; True when it changed exactly one row (the guard held)."""
     return _rowcount(s, stmt) == 1
+
+
+def _claimed(s: Session, row: str, won: int, lost: int = 0) -> None:
+    """Count claims of ``row`` (``boxcar_claims_total``) when the transaction commits."""
+    if won:
+        after_commit(s, lambda: metrics.CLAIMS.labels(row, "won").inc(won))
+    if lost:
+        after_commit(s, lambda: metrics.CLAIMS.labels(row, "lost").inc(lost))
+
+
+def _sealed(s: Session, row: str, n: int = 1) -> None:
+    """Count seals of ``row`` (``boxcar_seals_total``) when the transaction commits."""
+    if n:
+        after_commit(s, lambda: metrics.SEALS.labels(row).inc(n))
 
 
 def _rowcount(s: Session, stmt: Update) -> int:
@@ -123,17 +138,20 @@ def claim_queued_crawl(
         .where(Crawl.id == crawl_id, Crawl.status == QUEUED, Crawl.retry_at == seen_retry_at)
         .values(status=STARTED, retry_at=now + lease, modified_at=now),
     )
+    _claimed(s, "crawl", int(claimed), int(not claimed))
     return s.get(Crawl, crawl_id, populate_existing=True) if claimed else None
 
 
 def claim_started_crawl(s: Session, crawl_id: str, seen_retry_at: datetime, now: datetime, lease: timedelta) -> bool:
     """Extend the lease of a due started crawl (its periodic seal check); False if not ours."""
-    return _one(
+    claimed = _one(
         s,
         update(Crawl)
         .where(Crawl.id == crawl_id, Crawl.status == STARTED, Crawl.retry_at == seen_retry_at)
         .values(retry_at=now + lease, modified_at=now),
     )
+    _claimed(s, "crawl", int(claimed), int(not claimed))
+    return claimed
 
 
 def unseeded_crawls(s: Session, limit: int = 20) -> list[tuple[str, int]]:
@@ -190,12 +208,14 @@ def seal_crawl_if_done(s: Session, crawl_id: str, now: datetime) -> bool:
     )
     if open_snapshots:
         return False
-    return _one(
+    sealed = _one(
         s,
         update(Crawl)
         .where(Crawl.id == crawl_id, Crawl.status == STARTED)
         .values(status=SEALED, retry_at=None, modified_at=now),
     )
+    _sealed(s, "crawl", int(sealed))
+    return sealed
 
 
 def pause_crawl(s: Session, crawl_id: str, now: datetime) -> bool:
@@ -488,6 +508,7 @@ def claim_queued_snapshots(
         .returning(Snapshot.id)
     )
     ids = list(s.scalars(stmt))
+    _claimed(s, "snapshot", len(ids), len(chosen) - len(ids))
     if not ids:
         return []
     s.execute(update(Crawl).where(Crawl.id == crawl_id).values(modified_at=now))  # its turn was taken
@@ -526,6 +547,7 @@ def claim_started_snapshot(
         .where(Snapshot.id == snapshot_id, Snapshot.status == STARTED, Snapshot.retry_at == seen_retry_at)
         .values(retry_at=now + lease, modified_at=now),
     )
+    _claimed(s, "snapshot", int(claimed), int(not claimed))
     return s.get(Snapshot, snapshot_id, populate_existing=True) if claimed else None
 
 
@@ -581,22 +603,26 @@ def requeue_snapshot(s: Session, snapshot: Snapshot, retry_at: datetime, now: da
 def seal_snapshot(s: Session, snapshot: Snapshot, now: datetime, expected_results: int) -> bool:
     """``started → sealed`` at the stage we hold, noting how many results its plan has (the
     projector's index is complete once it has them all); False if someone else moved or sealed it."""
-    return _one(
+    sealed = _one(
         s,
         update(Snapshot)
         .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
         .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now, expected_results=expected_results),
     )
+    _sealed(s, "snapshot", int(sealed))
+    return sealed
 
 
 def seal_unstarted_snapshots(s: Session, crawl_id: str, now: datetime) -> int:
     """Seal, unarchived, every queued or paused snapshot of a stopped crawl; returns how many."""
-    return _rowcount(
+    sealed = _rowcount(
         s,
         update(Snapshot)
         .where(Snapshot.crawl_id == crawl_id, Snapshot.status.in_((QUEUED, PAUSED)))
         .values(status=SEALED, retry_at=None, modified_at=now),
     )
+    _sealed(s, "snapshot", sealed)
+    return sealed
 
 
 def started_snapshots(s: Session, crawl_id: str) -> list[Snapshot]:
@@ -638,12 +664,16 @@ def insert_tasks(
 
 def complete_task(s: Session, task_id_: str, status: TaskStatus, error: str, now: datetime) -> bool:
     """Record a task's outcome once; False when it was already recorded (a redelivery)."""
-    return _one(
-        s,
+    family = s.scalar(
         update(SnapshotTask)
         .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN))
-        .values(status=status, error=error[:2000], completed_at=now),
+        .values(status=status, error=error[:2000], completed_at=now)
+        .returning(SnapshotTask.family)
     )
+    if family is None:
+        return False
+    after_commit(s, lambda: metrics.TASKS.labels(family, str(status)).inc())
+    return True
 
 
 def mark_task_started(s: Session, task_id_: str, now: datetime) -> bool:
@@ -673,6 +703,8 @@ def cancel_open_tasks(s: Session, snapshot_id: str, reason: str, now: datetime) 
             .where(SnapshotTask.id.in_(list(chunk)), SnapshotTask.status.in_(TASK_OPEN))
             .values(status=TaskStatus.CANCELLED, error=reason, completed_at=now)
         )
+    for task in tasks:  # read under the snapshot's lock: each was open, and is now cancelled
+        after_commit(s, metrics.TASKS.labels(task.family, str(TaskStatus.CANCELLED)).inc)
     return tasks
 
 
@@ -747,6 +779,7 @@ def claim_schedule(
         .where(CrawlSchedule.id == schedule_id, CrawlSchedule.status == status, CrawlSchedule.retry_at == seen_retry_at)
         .values(status=STARTED, retry_at=now + lease, modified_at=now),
     )
+    _claimed(s, "schedule", int(claimed), int(not claimed))
     return s.get(CrawlSchedule, schedule_id, populate_existing=True) if claimed else None
 
 

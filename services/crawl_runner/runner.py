@@ -32,7 +32,7 @@ from nats.js import JetStreamContext
 from boxcar.crawl_runner import queries as q
 from boxcar.crawl_runner.decisions import Decisions
 from boxcar.crawl_runner.feeds import FeedPoller
-from boxcar.shared import bus, telemetry
+from boxcar.shared import bus, metrics, telemetry
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl
@@ -159,6 +159,10 @@ class CrawlRunner:
     async def tick(self) -> None:
         """One pass over every kind of due row (feeds have their own loop: a slow feed must not
         hold up snapshots)."""
+        with metrics.RUNNER_PASS_SECONDS.time():
+            await self._tick()
+
+    async def _tick(self) -> None:
         for step in (
             self.decisions.start_due_crawls,
             self.decisions.seed_crawls,
@@ -178,7 +182,10 @@ class CrawlRunner:
         if not out:
             return
         await bus.publish_many(self.js, out)
-        task_ids = [o.msg.task_id for o in out if isinstance(o.msg, HookTask)]
+        tasks = [o.msg for o in out if isinstance(o.msg, HookTask)]
+        for task in tasks:
+            metrics.TASKS_DISPATCHED.labels(task.family).inc()
+        task_ids = [task.task_id for task in tasks]
         if task_ids:
             await asyncio.to_thread(self.decisions.mark_dispatched, task_ids)
         if any(isinstance(o.msg, SnapshotEvent) and o.msg.status in ("sealed", "queued") for o in out):
@@ -314,6 +321,7 @@ class CrawlRunner:
             task, status="failed", error=f"task failed {deliveries} deliveries (executor crashed or timed out)"
         )
         await self._publish(await asyncio.to_thread(self.decisions.record_completion, event, []))
+        metrics.DEAD_TASKS.labels(task.family).inc()
         try:
             await self.js.delete_msg(bus.TASKS_STREAM, seq)
         except Exception as exc:

@@ -43,7 +43,7 @@ from boxcar.hook_executor.egress import EgressProxy, chrome_proxy_args
 from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import WarmInterpreters
-from boxcar.shared import bus, telemetry
+from boxcar.shared import bus, metrics, telemetry
 from boxcar.shared.binaries import ESBUILD
 from boxcar.shared.clock import utcnow
 from boxcar.shared.egress import EgressPolicy, RuntimePorts, url_refusal
@@ -212,14 +212,23 @@ class TaskExecutor:
         """Every hook of the task failed for one reason (e.g. no browser): record each, then complete."""
         completed = TaskCompleted.of(task)
         for hook in self.catalog.snapshot_hooks(task.plugins):
-            await self.publish_result(_result(task, hook, ResultStatus.FAILED, reason))
+            await self.publish_result(task, _result(task, hook, ResultStatus.FAILED, reason))
         log.warning("task %s: every hook failed: %s", task.task_id, reason)
         return completed
 
-    async def publish_result(self, result: ArchiveResultRecord, process: ProcessRecord | None = None) -> None:
+    async def publish_result(
+        self, task: HookTask, result: ArchiveResultRecord, process: ProcessRecord | None = None
+    ) -> None:
+        """Publish a hook's Process (when one ran) and ArchiveResult events, then count them:
+        ``boxcar_hooks_total`` by the result's status, ``boxcar_hook_duration_seconds`` for a
+        process that ran."""
         if process is not None:
             await bus.publish(self.js, bus.SUBJECT_PROCESS_COMPLETED, process, msg_id=f"process.{process.id}")
         await bus.publish(self.js, bus.SUBJECT_ARCHIVERESULT, result, msg_id=f"archiveresult.{result.id}")
+        metrics.HOOKS.labels(task.family, result.plugin, str(result.status)).inc()
+        if process is not None and process.started_at and process.ended_at:
+            seconds = (process.ended_at - process.started_at).total_seconds()
+            metrics.HOOK_SECONDS.labels(task.family, result.plugin).observe(max(0.0, seconds))
 
 
 class TaskRun:
@@ -248,7 +257,7 @@ class TaskRun:
         refusal = await asyncio.to_thread(url_refusal, self.x.policy, task.url)
         if refusal:  # the page itself may not be fetched: each hook skipped, the page marked refused
             for hook in hooks:
-                await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, refusal))
+                await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, refusal))
             log.warning("task %s: %s", task.task_id, refusal)
             self.completed.refused = refusal
             return self.completed
@@ -268,7 +277,7 @@ class TaskRun:
             )
         except SecretUnavailable as exc:
             for hook in hooks:
-                await self.x.publish_result(_result(task, hook, ResultStatus.FAILED, str(exc)))
+                await self.x.publish_result(task, _result(task, hook, ResultStatus.FAILED, str(exc)))
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
             return self.completed
         self.env = env
@@ -296,14 +305,14 @@ class TaskRun:
         task, env = self.task, self.env
         hook = substitute(hook)
         if self.cancelled.is_set():
-            await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, "cancelled"))
+            await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
             return
         if self.x.catalog[hook.plugin].waits_for_background and self.background:
             await self._stop_background()
         try:
             binary_env = await env.binary_env(hook.plugin)
         except BinaryUnavailable as exc:
-            await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, str(exc)))
+            await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, str(exc)))
             log.warning("%s %s skipped: %s", task.snapshot_id, hook.name, exc)
             return
         spawner = None
@@ -318,7 +327,7 @@ class TaskRun:
         # asked last, after every await that can take a while (binaries, warm interpreter), so a
         # cancel that lands while this hook was being prepared still stops it from starting
         if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
-            await self.x.publish_result(_result(task, hook, ResultStatus.SKIPPED, "cancelled"))
+            await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
             return
         hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
         args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
@@ -339,7 +348,7 @@ class TaskRun:
                 await proc.start()
             except OSError as exc:
                 await self.x.publish_result(
-                    _result(task, hook, ResultStatus.FAILED, f"could not start the hook: {exc}")
+                    task, _result(task, hook, ResultStatus.FAILED, f"could not start the hook: {exc}")
                 )
                 return
             self.started.append(proc)
@@ -406,7 +415,7 @@ class TaskRun:
                 task, proc.hook, ResultStatus.FAILED, f"the hook's result could not be recorded: {exc!r}"[:500]
             )
             process = None
-        await self.x.publish_result(result, process)
+        await self.x.publish_result(task, result, process)
         if special.page_response is PageResponse.WGET_LOG:
             self.wget_log = env.redact(proc.stderr_head())
         navigation = special.page_response is PageResponse.NAVIGATION and "navigate" in proc.hook.name

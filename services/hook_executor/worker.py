@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 
 from boxcar.hook_executor import reaper
 from boxcar.hook_executor.binaries import BinaryClient
@@ -24,7 +25,7 @@ from boxcar.hook_executor.environment import HOOK_SUBSTITUTES
 from boxcar.hook_executor.task import TaskExecutor
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.hook_executor.warm.nodebundle import PuppeteerBundles
-from boxcar.shared import bus, telemetry
+from boxcar.shared import bus, metrics, telemetry
 from boxcar.shared.egress import EgressPolicy
 from boxcar.shared.families import load_families
 from boxcar.shared.ids import new_id
@@ -168,8 +169,10 @@ class HookExecutor:
             ) as span:
                 span.set_attribute("boxcar.task_id", task.task_id)
                 span.set_attribute("url.full", task.url)
+                started = time.monotonic()
                 completed = await self.executor.execute(task)
                 if completed is not None:
+                    metrics.TASK_SECONDS.labels(task.family).observe(time.monotonic() - started)
                     await self._publish(task, completed)
         finally:
             self.registration.release(msg.reply)

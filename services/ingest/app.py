@@ -44,7 +44,7 @@ from boxcar.ingest.api.schedules import ScheduleController
 from boxcar.ingest.feeds import FeedService, UrlScheduleService
 from boxcar.ingest.library import SnapshotLibrary
 from boxcar.ingest.metrics import HTTP as HTTP_METRICS
-from boxcar.ingest.metrics import metrics
+from boxcar.ingest.metrics import metrics, serve_port
 from boxcar.ingest.quotas import QuotaExceeded
 from boxcar.ingest.services import CrawlService
 from boxcar.ingest.signals import Signals
@@ -168,9 +168,12 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             )
         app.state.nats = None
         connecting = asyncio.create_task(connect_nats(app))
+        exporter = serve_port(app, settings)  # METRICS_PORT: /metrics without a token, there
         try:
             yield
         finally:
+            if exporter is not None:
+                exporter.stop()
             connecting.cancel()
             if app.state.nats is not None:
                 await app.state.nats.close()

@@ -4,18 +4,25 @@ docs (base units, ``_total`` counters, ``_seconds``, bounded label sets).
 - HTTP requests of ingest by route template, method and status, and their durations: Litestar's
   Prometheus middleware (``litestar_requests_total``, ``litestar_request_duration_seconds``, …).
 - This process's memory and CPU: prometheus_client's process collector (``process_*``).
+- Whatever else this process's default registry holds: in the one-process embedded stack that is
+  every service's counters and histograms (``boxcar.shared.metrics``: hooks, tasks, claims,
+  seals, retries, dead letters, projector lag, feed polls, webhook deliveries).
 - The stack, read when scraped (``StackStatus``, the same numbers as ``boxcar status``): crawls
-  and snapshots by status, archive bytes, free disk, per executor family the tasks waiting and in
-  hand and the idle executors (from JetStream's consumer info), which services answer, and
-  ArchiveResults by plugin and status.
+  and snapshots by status, archive bytes, free disk, per executor family the tasks waiting, how
+  long the oldest of them has waited, the tasks in hand and the idle executors (from JetStream's
+  consumer info), which services answer, and ArchiveResults by plugin and status.
 
 It needs a read token (``Authorization: Bearer``, as Prometheus's ``authorization`` scrape
-setting sends) unless ``PUBLIC_READS=true``.
+setting sends) unless ``PUBLIC_READS=true``. With ``METRICS_PORT`` the same text is also served
+on that port without a token (``serve_port``; Compose's Prometheus scrapes that, on the stack's
+internal network).
 """
 
 from __future__ import annotations
 
-from litestar import Response, get
+import asyncio
+
+from litestar import Litestar, Response, get
 from litestar.datastructures import State
 from litestar.plugins.prometheus import PrometheusConfig
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Gauge, generate_latest
@@ -24,8 +31,10 @@ from sqlalchemy import func, select
 from boxcar.ingest import routes
 from boxcar.ingest.api.auth import require_admin_token
 from boxcar.ingest.status import stack_status
+from boxcar.shared import metrics as shared_metrics
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult
+from boxcar.shared.settings import Settings
 
 #: HTTP metrics of ingest, by route template (``group_path``: bounded labels, no ids)
 HTTP = PrometheusConfig(app_name="boxcar-ingest", prefix="litestar", group_path=True, exclude=[routes.METRICS])
@@ -37,10 +46,19 @@ SNAPSHOTS = Gauge("boxcar_snapshots", "Snapshots by status", ["status"], registr
 ARCHIVE_BYTES = Gauge("boxcar_archive_bytes", "Bytes the archive's snapshots hold", registry=STACK)
 DISK_FREE = Gauge("boxcar_disk_free_bytes", "Free bytes on the file system of DATA_DIR", registry=STACK)
 PENDING = Gauge("boxcar_tasks_pending", "Hook tasks waiting for an executor", ["family"], registry=STACK)
+PENDING_AGE = Gauge(
+    "boxcar_tasks_pending_age_seconds",
+    "Seconds the oldest hook task waiting for an executor has waited (0: none waits)",
+    ["family"],
+    registry=STACK,
+)
 IN_PROGRESS = Gauge("boxcar_tasks_in_progress", "Hook tasks an executor holds", ["family"], registry=STACK)
 WAITING = Gauge("boxcar_executors_idle", "Idle executors' pull requests", ["family"], registry=STACK)
 UP = Gauge("boxcar_service_up", "Whether a service answers (1) or not (0)", ["service"], registry=STACK)
 RESULTS = Gauge("boxcar_archive_results", "ArchiveResults by plugin and status", ["plugin", "status"], registry=STACK)
+
+#: everything ``/metrics`` shows: this process's default registry, then the stack's gauges
+EXPOSED = shared_metrics.joined(REGISTRY, STACK)
 
 
 def _results(db: Database) -> list[tuple[str, str, int]]:
@@ -53,11 +71,8 @@ def _results(db: Database) -> list[tuple[str, str, int]]:
     return [(str(p), str(st), int(n)) for p, st, n in rows]
 
 
-@get(routes.METRICS, guards=[require_admin_token], include_in_schema=False)
-async def metrics(state: State) -> Response[bytes]:
-    """The text exposition of every metric (module docstring)."""
-    import anyio.to_thread
-
+async def refresh(state: State) -> None:
+    """Read the stack (``stack_status``) into the ``STACK`` gauges."""
     status = await stack_status(state.db, state.settings, state.families, getattr(state, "nats", None))
     for name, n in status.crawls.items():
         CRAWLS.labels(name).set(n)
@@ -67,12 +82,33 @@ async def metrics(state: State) -> Response[bytes]:
     DISK_FREE.set(status.disk_free_bytes)
     for family, f in status.families.items():
         PENDING.labels(family).set(f.pending)
+        PENDING_AGE.labels(family).set(f.oldest_pending_seconds)
         IN_PROGRESS.labels(family).set(f.in_progress)
         WAITING.labels(family).set(f.executors_waiting)
     for service, alive in status.services.items():
         UP.labels(service).set(1 if alive else 0)
+    results = await asyncio.to_thread(_results, state.db)
     RESULTS.clear()
-    for plugin, result_status, n in await anyio.to_thread.run_sync(_results, state.db):
+    for plugin, result_status, n in results:
         RESULTS.labels(plugin, result_status).set(n)
-    body = generate_latest(REGISTRY) + generate_latest(STACK)
+
+
+@get(routes.METRICS, guards=[require_admin_token], include_in_schema=False)
+async def metrics(state: State) -> Response[bytes]:
+    """The text exposition of every metric (module docstring)."""
+    await refresh(state)
+    body = await asyncio.to_thread(generate_latest, EXPOSED)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def serve_port(app: Litestar, settings: Settings) -> shared_metrics.MetricsServer | None:
+    """With ``METRICS_PORT``: serve what ``/metrics`` shows on that port, without a token (the
+    stack's gauges read on this app's event loop at each scrape); call it from the app's lifespan."""
+    if not settings.metrics_port:
+        return None
+    loop = asyncio.get_running_loop()
+
+    def read_stack() -> None:
+        asyncio.run_coroutine_threadsafe(refresh(app.state), loop).result(timeout=20)
+
+    return shared_metrics.serve_settings(settings, shared_metrics.joined(REGISTRY, STACK, before=read_stack))

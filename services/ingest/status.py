@@ -8,7 +8,9 @@ pending work and no executor is what leaves snapshots ``started`` forever otherw
 
 from __future__ import annotations
 
+import logging
 import shutil
+from datetime import UTC, datetime
 
 import msgspec
 from nats.js.errors import NotFoundError
@@ -21,16 +23,20 @@ from boxcar.shared.db.models import Crawl, Snapshot
 from boxcar.shared.families import FamilyTable
 from boxcar.shared.settings import Settings
 
+log = logging.getLogger(__name__)
+
 
 class FamilyStatus(msgspec.Struct):
     """One executor family: ``pending`` tasks not yet taken, ``in_progress`` taken and unacked,
     ``executors_waiting`` pull requests of idle executors; ``alive`` whether any executor is
-    there (waiting or working)."""
+    there (waiting or working); ``oldest_pending_seconds`` how long the oldest task not yet taken
+    has waited (0 when none waits)."""
 
     pending: int
     in_progress: int
     executors_waiting: int
     alive: bool
+    oldest_pending_seconds: float = 0.0
 
 
 class StackStatus(msgspec.Struct):
@@ -71,6 +77,7 @@ async def family_status(js, families: FamilyTable) -> dict[str, FamilyStatus]:
         queued = {}
     out = {}
     for name in families.families:
+        delivered = 0  # the stream sequence the family's consumer has delivered up to
         try:
             consumer = await js.consumer_info(bus.TASKS_STREAM, bus.family_consumer(name))
             pending, in_progress, waiting = (
@@ -78,10 +85,28 @@ async def family_status(js, families: FamilyTable) -> dict[str, FamilyStatus]:
                 consumer.num_ack_pending or 0,
                 consumer.num_waiting or 0,
             )
+            delivered = consumer.delivered.stream_seq if consumer.delivered else 0
         except NotFoundError:  # no consumer yet: no executor of this family ever started
             pending, in_progress, waiting = queued.get(bus.task_subject(name), 0), 0, 0
-        out[name] = FamilyStatus(pending, in_progress, waiting, alive=waiting > 0 or in_progress > 0)
+        age = await oldest_pending_age(js, name, delivered) if pending else 0.0
+        out[name] = FamilyStatus(
+            pending, in_progress, waiting, alive=waiting > 0 or in_progress > 0, oldest_pending_seconds=age
+        )
     return out
+
+
+async def oldest_pending_age(js, family: str, delivered: int) -> float:
+    """Seconds since the oldest task of ``family`` its consumer has not delivered yet was queued:
+    the first ``tasks.hooks.<family>`` message after stream sequence ``delivered`` (JetStream's
+    get-next-by-subject); 0 when there is none or the server cannot say."""
+    try:
+        first = await js.get_msg(bus.TASKS_STREAM, seq=delivered + 1, subject=bus.task_subject(family), next=True)
+    except Exception as exc:  # taken meanwhile, or an older server
+        log.debug("oldest pending task of %s: %s", family, exc)
+        return 0.0
+    if first.time is None:
+        return 0.0
+    return max(0.0, (datetime.now(UTC) - first.time).total_seconds())
 
 
 async def services_alive(js) -> dict[str, bool]:

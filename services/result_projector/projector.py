@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from boxcar.result_projector import fulltext, index
-from boxcar.shared import bus, telemetry
+from boxcar.shared import bus, metrics, telemetry
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, insert_for
 from boxcar.shared.db.models import ArchiveResult, Binary, Process, Snapshot, Status
@@ -219,12 +220,25 @@ def refresh_snapshots(s: Session, snapshot_ids: set[str]) -> set[str]:
 
 class Batch:
     """What one batch of events changed: results per snapshot, snapshots to index, and snapshots
-    whose search document is stale."""
+    whose search document is stale; and for the metrics, the events by kind and the end times of
+    the hooks whose results it holds."""
 
     def __init__(self) -> None:
         self.touched: set[str] = set()
         self.sealed: set[str] = set()
         self.searchable: set[str] = set()
+        self.kinds: Counter[str] = Counter()
+        self.ended: list[datetime] = []
+
+    def count(self) -> None:
+        """Count the committed batch: ``boxcar_projector_events_total`` and, per hook result,
+        ``boxcar_projector_lag_seconds`` (now minus the hook's end)."""
+        for kind, n in self.kinds.items():
+            metrics.PROJECTED.labels(kind).inc(n)
+        now = utcnow()
+        for ended in self.ended:
+            ended = ended if ended.tzinfo else ended.replace(tzinfo=UTC)  # a naive time is UTC here
+            metrics.PROJECTOR_LAG.observe(max(0.0, (now - ended).total_seconds()))
 
 
 def project(s: Session, subject: str, data: bytes, batch: Batch) -> None:
@@ -238,18 +252,27 @@ def project(s: Session, subject: str, data: bytes, batch: Batch) -> None:
         batch.touched.add(upsert_archiveresult(s, record))
         if record.plugin in fulltext.INDEXED_PLUGINS:
             batch.searchable.add(record.snapshot_id)
+        batch.kinds["archiveresult"] += 1
+        if record.end_ts is not None and not record.fallback:
+            batch.ended.append(record.end_ts)
     elif subject.startswith(bus.PREFIX_PROCESS_EVENTS):
         upsert_process(s, decode(data, ProcessRecord))
+        batch.kinds["process"] += 1
     elif subject.startswith(bus.PREFIX_BINARY_EVENTS):
         upsert_binary(s, decode(data, BinaryRecord))
+        batch.kinds["binary"] += 1
     elif subject == bus.SUBJECT_SNAPSHOT_SEALED:
         snapshot_id = decode(data, SnapshotEvent).snapshot_id
         batch.sealed.add(snapshot_id)
         batch.searchable.add(snapshot_id)
+        batch.kinds["snapshot_sealed"] += 1
     elif subject == bus.SUBJECT_TAGS_CHANGED:
         ids = decode(data, TagsChanged).snapshot_ids
         batch.touched.update(ids)  # index.jsonl lists the tags
         batch.searchable.update(ids)
+        batch.kinds["tags_changed"] += 1
+    else:
+        batch.kinds["other"] += 1
 
 
 class ResultProjector:
@@ -317,6 +340,7 @@ class ResultProjector:
             for subject, data in items:
                 project(s, subject, data, batch)
             stale = refresh_snapshots(s, batch.touched)
+        batch.count()  # committed
         fulltext.index_snapshots(self.db, self.settings.data_dir, batch.searchable)
         # a result of a snapshot still being archived changes no index.jsonl: only sealed ones
         for snapshot_id in batch.sealed | stale:

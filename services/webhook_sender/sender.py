@@ -32,9 +32,9 @@ import httpx
 import msgspec
 from sqlalchemy import select
 
-from boxcar.shared import bus, secrets
+from boxcar.shared import bus, metrics, secrets
 from boxcar.shared.clock import utcnow
-from boxcar.shared.db import Database
+from boxcar.shared.db import Database, after_commit
 from boxcar.shared.db.models import Crawl, CrawlSchedule, Snapshot, Webhook, WebhookDelivery
 from boxcar.shared.egress import EgressPolicy
 from boxcar.shared.fetch import policy_client
@@ -262,15 +262,21 @@ class WebhookSender:
                 error = f"HTTP {status}: {response.text[:300]}"
         except Exception as exc:  # refused by the policy, unreachable, timed out, a bad secret
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        await asyncio.to_thread(self._record_outcome, delivery_id, attempt, status, error)
+        await asyncio.to_thread(self._record_outcome, delivery_id, attempt, status, error, event)
 
-    def _record_outcome(self, delivery_id: str, attempt: int, status: int | None, error: str) -> None:
+    def _record_outcome(self, delivery_id: str, attempt: int, status: int | None, error: str, event: str) -> None:
+        """Record an attempt: delivered, due again later, or failed after the last attempt
+        (counted in ``boxcar_webhook_deliveries_total`` once committed, unless another replica
+        had recorded it already)."""
         now = utcnow()
         with self.db.write() as s:
             if not error:
-                q.mark_delivered(s, delivery_id, attempt, status or 0, now)
+                recorded, outcome = q.mark_delivered(s, delivery_id, attempt, status or 0, now), "delivered"
             elif attempt >= self.settings.webhook_max_attempts:
-                q.mark_failed(s, delivery_id, attempt, status, error)
+                recorded, outcome = q.mark_failed(s, delivery_id, attempt, status, error), "failed"
                 log.warning("webhook delivery %s failed after %d attempts: %s", delivery_id, attempt, error[:300])
             else:
-                q.retry_later(s, delivery_id, attempt, status, error, now + backoff(self.settings, attempt))
+                at = now + backoff(self.settings, attempt)
+                recorded, outcome = q.retry_later(s, delivery_id, attempt, status, error, at), "retrying"
+            if recorded:
+                after_commit(s, metrics.WEBHOOK_DELIVERIES.labels(event, outcome).inc)

@@ -163,6 +163,30 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
 BATCH = 500
 
 
+#: ``Session.info`` key of the callbacks ``after_commit`` holds until the transaction ends
+_AFTER_COMMIT = "boxcar.after_commit"
+
+
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the session's current transaction has committed; never if it rolls
+    back (e.g. count a claim in a metric only when the claim is durable)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
+
+
+@event.listens_for(Session, "after_commit")
+def _run_after_commit(session: Session) -> None:
+    for callback in session.info.pop(_AFTER_COMMIT, []):
+        try:
+            callback()
+        except Exception:  # a callback's failure is not the transaction's
+            log.exception("after-commit callback failed")
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_after_commit(session: Session) -> None:
+    session.info.pop(_AFTER_COMMIT, None)
+
+
 def insert_seeds(session: Session, crawl_id: str, seeds: list[Seed], batch: int = BATCH) -> None:
     """Store a crawl's ``Seed``s as ``CrawlSeed`` rows, ``batch`` rows per INSERT (Postgres caps a
     statement at 65,535 parameters)."""

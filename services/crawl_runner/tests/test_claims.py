@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import func, select, update
 
 from boxcar.crawl_runner import queries as q
@@ -121,6 +122,51 @@ def test_crawl_seals_only_without_open_snapshots_and_with_every_seed_in(db):
     with db.read() as s:
         assert s.get(Crawl, crawl_id).status == "sealed"
         assert s.get(Snapshot, snapshot_id).status == "sealed" != QUEUED
+
+
+def test_claims_seals_and_task_outcomes_count_once_committed_never_when_rolled_back(db):
+    """``boxcar_claims_total``, ``boxcar_seals_total`` and ``boxcar_tasks_total`` move when the
+    transaction that made the change commits: not before, not for a rolled-back claim, and not for
+    a change that another replica had already made (a lost claim counts as lost)."""
+    from prometheus_client import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    def claims(outcome: str) -> float:
+        return value("boxcar_claims_total", row="snapshot", outcome=outcome)
+
+    crawl_id, snapshot_id = _crawl_with_snapshot(db)
+    now, lease = utcnow(), timedelta(seconds=60)
+    won, lost = claims("won"), claims("lost")
+    succeeded = value("boxcar_tasks_total", family="fetch", status="succeeded")
+    failed = value("boxcar_tasks_total", family="fetch", status="failed")
+    seals = value("boxcar_seals_total", row="snapshot")
+
+    class Abort(Exception):
+        pass
+
+    with pytest.raises(Abort), db.write() as s:
+        assert q.claim_queued_snapshots(s, crawl_id, 1, now, lease, 1)
+        raise Abort
+    assert claims("won") == won  # rolled back: no claim was made
+    with db.write() as s:
+        [snap] = q.claim_queued_snapshots(s, crawl_id, 1, now, lease, 1)
+        assert claims("won") == won  # not committed yet
+    assert claims("won") == won + 1
+    with db.write() as s:
+        assert q.claim_started_snapshot(s, snapshot_id, now, now, lease) is None  # a stale view: lost
+    assert claims("lost") == lost + 1
+    with db.write() as s:
+        q.insert_tasks(s, snap, 1, {"fetch": ["wget"]}, now)
+    task_id = q.task_id(snapshot_id, 1, 1, "fetch")
+    with db.write() as s:
+        assert q.complete_task(s, task_id, TaskStatus.SUCCEEDED, "", now)
+        assert not q.complete_task(s, task_id, TaskStatus.FAILED, "late", now)  # a redelivery
+        assert q.seal_snapshot(s, snap, now, 1)
+    assert value("boxcar_tasks_total", family="fetch", status="succeeded") == succeeded + 1
+    assert value("boxcar_tasks_total", family="fetch", status="failed") == failed
+    assert value("boxcar_seals_total", row="snapshot") == seals + 1
 
 
 def test_inserts_are_batched_and_percent_escape_case_is_one_page(db):
