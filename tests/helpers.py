@@ -151,6 +151,17 @@ def ui_stack(
             stack.stop(grace=20)
 
 
+def provision_replay(settings: Settings) -> None:
+    """ReplayWeb.page's files for a test stack (``boxcar install`` fetches them with npm); the
+    test fails, never skips, when they cannot be had."""
+    from boxcar.ingest.web import replay
+
+    try:
+        replay.provision(settings)
+    except RuntimeError as exc:
+        pytest.fail(f"ReplayWeb.page's files could not be fetched: {exc}")
+
+
 def npm_tool(package: str, version: str, path: str) -> Path:
     """A file of an npm package (``path`` inside it), installed once into the checkout's
     ``.cache/<package>`` (web-ext, axe-core: test tools, never shipped)."""

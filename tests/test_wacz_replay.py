@@ -23,19 +23,21 @@ from warcio.archiveiterator import ArchiveIterator
 
 from boxcar.ingest.web import replay
 from boxcar.ingest.web.archive_pages import REPLAY_INDEX
-from boxcar.shared.settings import DEFAULT_PLUGINS, Settings
+from boxcar.shared.settings import DEFAULT_PLUGINS
 from tests.capture_site import SCRIPTED_TEXT, CaptureSite
-from tests.helpers import api, chromium_browser, serve_directory, submit, ui_stack, wait_sealed, wait_until
+from tests.helpers import (
+    api,
+    chromium_browser,
+    provision_replay,
+    serve_directory,
+    submit,
+    ui_stack,
+    wait_sealed,
+    wait_until,
+)
 
 BIN = Path(sys.executable).parent
 PAGES = 20
-
-
-def _replay_files(settings: Settings) -> None:
-    try:
-        replay.provision(settings)
-    except RuntimeError as exc:
-        pytest.fail(f"ReplayWeb.page's files could not be fetched: {exc}")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def archived(tmp_path_factory, lib_dir: Path, site_urls) -> Iterator[dict]:
     with CaptureSite(tmp_path_factory.mktemp("site")) as site:
         data_dir = tmp_path_factory.mktemp("wacz") / "data"
         with ui_stack(
-            data_dir, lib_dir, ",".join(DEFAULT_PLUGINS), ("alice", "a long passphrase"), _replay_files
+            data_dir, lib_dir, ",".join(DEFAULT_PLUGINS), ("alice", "a long passphrase"), provision_replay
         ) as stack:
             scripted = site.url("/scripted/")
             crawl_id = submit(stack, urls=[*site_urls(PAGES - 1), scripted])

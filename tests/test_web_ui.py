@@ -22,11 +22,19 @@ from pathlib import Path
 import pytest
 
 from boxcar.cli.stack import EmbeddedStack
-from boxcar.ingest.web import replay
 from boxcar.ingest.web.accounts import create_user
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
-from tests.helpers import CHROMIUM, chromium_browser, load_crawl, npm_tool, serve_directory, ui_stack, wait_until
+from tests.helpers import (
+    CHROMIUM,
+    chromium_browser,
+    load_crawl,
+    npm_tool,
+    provision_replay,
+    serve_directory,
+    ui_stack,
+    wait_until,
+)
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (pip) is needed for browser tests")
 PASSWORD = "a long enough password"
@@ -60,19 +68,12 @@ def site(tmp_path_factory) -> Iterator[str]:
         yield url
 
 
-def _replay_files(settings: Settings) -> None:
-    try:
-        replay.provision(settings)
-    except RuntimeError as exc:
-        pytest.skip(f"ReplayWeb.page not available: {exc}")
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, lib_dir: Path) -> Iterator[EmbeddedStack]:
     """One embedded stack (SQLite, its own NATS) for every test of this module, with a user."""
     data_dir = tmp_path_factory.mktemp("ui") / "data"
     plugins = "chrome,title,screenshot,dom,wget,htmltotext"
-    with ui_stack(data_dir, lib_dir, plugins, ("alice", PASSWORD), prepare=_replay_files) as running:
+    with ui_stack(data_dir, lib_dir, plugins, ("alice", PASSWORD), prepare=provision_replay) as running:
         yield running
 
 

@@ -105,7 +105,16 @@ def usage(db: Database, username: str | None = None) -> list[Usage]:
 
 def quota_refusal(db: Database, username: str, new_urls: int) -> str:
     """Why ``username`` may not start a crawl of ``new_urls`` URLs now ("" when they may): over
-    their snapshots per day, their disk, or their concurrent crawls (an admin's limits)."""
+    their snapshots per day, their disk, or their concurrent crawls (an admin's limits). A user
+    without limits costs one indexed read: usage is counted only when there is a limit."""
+    with db.read() as s:
+        limits = s.execute(
+            select(User.max_snapshots_per_day, User.max_disk_bytes, User.max_concurrent_crawls).where(
+                User.username == username
+            )
+        ).first()
+    if limits is None or all(limit is None for limit in limits):
+        return ""
     found = usage(db, username)
     if not found:
         return ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets as random
 from urllib.parse import urlsplit
 
+import msgspec
 from sqlalchemy import ColumnElement, select, true
 
 from boxcar.ingest.access import Viewer
@@ -123,17 +124,4 @@ class WebhookService:
                 .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc())
                 .limit(limit)
             )
-            return [
-                WebhookDeliveryOut(
-                    id=d.id,
-                    event=d.event,
-                    status=d.status,
-                    attempts=d.attempts,
-                    response_status=d.response_status,
-                    last_error=d.last_error,
-                    created_at=d.created_at,
-                    next_attempt_at=d.next_attempt_at,
-                    delivered_at=d.delivered_at,
-                )
-                for d in rows
-            ]
+            return [msgspec.convert(d, WebhookDeliveryOut, from_attributes=True) for d in rows]

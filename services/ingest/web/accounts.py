@@ -47,7 +47,7 @@ from litestar.response import Response
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from boxcar.ingest.access import ANONYMOUS, SHARES_COOKIE, Viewer, live_share_ids
+from boxcar.ingest.access import ANONYMOUS, MAX_OPEN_SHARES, SHARES_COOKIE, Viewer, live_share_ids
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, insert_for
 from boxcar.shared.db.models import (
@@ -337,7 +337,7 @@ def end_session(db: Database, token: str) -> None:
 
 def opened_share_tokens(cookie: str) -> list[str]:
     """The public-link tokens kept in the ``SHARES_COOKIE`` value (newest last)."""
-    return [t for t in cookie.split(".") if t][-20:]
+    return [t for t in cookie.split(".") if t][-MAX_OPEN_SHARES:]
 
 
 @functools.cache
