@@ -55,7 +55,7 @@ class Quirk(msgspec.Struct, frozen=True, kw_only=True):
         after_run: what the executor does with its output before recording the result.
         page_response: what of its run tells the page's response.
         internal_files: files it writes in its output dir for the executor's own use while a
-            task runs (never archived, never served).
+            task runs (never archived, never served); names or ``fnmatch`` patterns, relative to it.
         title_rank: where its result stands as a snapshot title source (1 first; 0: not one).
         text_rank: where its output stands as a snapshot's searchable text (1 first; 0: not one).
         hook_labels: what a hook is, for people reading a snapshot's results, by the part of its
@@ -88,7 +88,9 @@ QUIRKS: tuple[Quirk, ...] = (
         credentials=Credentials.DEVTOOLS,
         page_response=PageResponse.NAVIGATION,
         tab_hook="chrome_tab",
-        internal_files=frozenset({"cdp_url.txt", "browser.json", "chrome.pid", "target_id.txt", ".target.lock"}),
+        internal_files=frozenset(
+            {"cdp_url.txt", "browser.json", "chrome.pid", "target_id.txt", ".target.lock", "export-tabs/.closing-*"}
+        ),
         hook_labels={
             "chrome_launch": "browser session: the shared Chromium, kept for the snapshot's browser hooks "
             "(its time is the session's; it ends when they are done)",

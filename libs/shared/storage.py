@@ -22,6 +22,7 @@ import re
 import tempfile
 from collections.abc import Iterable
 from datetime import datetime
+from fnmatch import fnmatchcase
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -41,14 +42,16 @@ def remove_executor_internal(snap_dir: Path, plugins: Iterable[str]) -> None:
     that ran them has ended (only theirs: a sibling task of the same stage may still be using its
     own, e.g. the browser task while the fetch task ends)."""
     for plugin in set(plugins):
-        for name in EXECUTOR_INTERNAL_FILES.get(plugin, ()):
-            (snap_dir / plugin / name).unlink(missing_ok=True)
+        for pattern in EXECUTOR_INTERNAL_FILES.get(plugin, ()):
+            for path in (snap_dir / plugin).glob(pattern):
+                if path.is_file() or path.is_symlink():
+                    path.unlink(missing_ok=True)
 
 
 def is_executor_internal(relpath: str) -> bool:
     """True for ``<plugin>/<name>`` (relative to a snapshot dir) in ``EXECUTOR_INTERNAL_FILES``."""
     plugin, _, name = relpath.replace("\\", "/").strip("/").partition("/")
-    return name in EXECUTOR_INTERNAL_FILES.get(plugin, ())
+    return any(fnmatchcase(name, pattern) for pattern in EXECUTOR_INTERNAL_FILES.get(plugin, ()))
 
 
 def host_component(url: str) -> str:

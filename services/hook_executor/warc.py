@@ -11,7 +11,7 @@ the proxy connected to for each record's host (``egress.connections.ConnectionLo
 digests stay valid: headers are not part of them), and removes the original.
 
 wget does not run scripts, so what a page's scripts fetch is not in its WARC. ``from_responses``
-writes a second WARC, ``responses/warc/<seconds>-<snapshot_id>.warc.gz``, from what the browser
+writes a second WARC, ``responses/warc/<seconds>-<snapshot_id>-browser.warc.gz``, from what the browser
 received (the ``responses`` plugin's bodies), so a page built by JavaScript replays too.
 """
 
@@ -93,7 +93,7 @@ def _address(uri: str, addresses: dict[tuple[str, int], str]) -> str:
 
 # --------------------------------------------------------------------------- the browser's responses
 
-#: The browser's WARC: ``responses/warc/<seconds>-<snapshot_id>.warc.gz``.
+#: The browser's WARC: ``responses/warc/<seconds>-<snapshot_id>-browser.warc.gz``.
 BROWSER_WARC_DIR = "warc"
 
 #: Response headers of the page kept from the ``headers`` plugin; the others describe a transfer
@@ -116,8 +116,8 @@ def from_responses(
 
     Args:
         plugin_dir: the snapshot's ``responses`` directory.
-        snapshot_id: names the file (``warc/<seconds>-<snapshot_id>.warc.gz``, as ``finalize``
-            names wget's).
+        snapshot_id: names the file ``warc/<seconds>-<snapshot_id>-browser.warc.gz`` (``-browser``:
+            never wget's name, which a WACZ would hold under the same ``archive/`` folder).
         page_headers: the ``headers`` plugin's ``headers.json`` (``final_url``/``url``,
             ``response_headers``) or ``{}``: the page's own response keeps its real headers.
         addresses: (host, port) → the address the egress proxy connected to (``WARC-IP-Address``).
@@ -144,7 +144,8 @@ def from_responses(
         if str(k).lower() not in _TRANSFER_HEADERS and not str(k).startswith(":")  # HTTP/2's :status
     }
     first = min(e["ts"] for e in entries)
-    target = plugin_dir / BROWSER_WARC_DIR / f"{int(_warc_date(first).timestamp())}-{snapshot_id}.warc.gz"
+    seconds = int(_warc_date(first).timestamp())
+    target = plugin_dir / BROWSER_WARC_DIR / f"{seconds}-{snapshot_id}-browser.warc.gz"
     target.parent.mkdir(exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
     written = 0

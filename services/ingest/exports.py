@@ -254,6 +254,10 @@ def write_wacz(
     warcs, pages = _warcs_and_pages(db, data_dir, ids)
     if not warcs:
         raise ExportError("none of the selected snapshots has a WARC (the wget plugin writes them)")
+    names: dict[str, Path] = {}
+    for path in warcs:  # a WACZ keeps them all in one archive/ folder: a second of a name would be lost
+        if names.setdefault(path.name, path) != path:
+            raise ExportError(f"two WARCs are named {path.name} ({names[path.name]} and {path}): rename one")
     with tempfile.TemporaryDirectory(prefix="boxcar-wacz-") as tmp:
         pages_file = Path(tmp) / "pages.jsonl"
         with pages_file.open("w") as fh:

@@ -55,7 +55,7 @@ def test_the_browser_s_responses_become_warc_records_and_untrusted_lines_are_ski
 
     rel = from_responses(plugin, "snap1", headers, {("127.0.0.1", 9): "127.0.0.1"}, software="Boxcar test")
 
-    assert rel == f"warc/{1796323501}-snap1.warc.gz"
+    assert rel == "warc/1796323501-snap1-browser.warc.gz"
     with (plugin / rel).open("rb") as fh:
         records = [(r.rec_type, r.rec_headers, r.http_headers, r.content_stream().read()) for r in ArchiveIterator(fh)]
     assert [r[0] for r in records] == ["warcinfo", "response", "response"]

@@ -48,6 +48,9 @@ class ArchiveFilesController(Controller):
             raise NotFoundException(NOT_FOUND)
         attachment = "attachment" in found.headers.get("Content-Disposition", "")
         headers = {k: v for k, v in found.headers.items() if k != "Content-Disposition"}
+        # the type as described, never with Litestar's "; charset=utf-8" added to every text/*: an
+        # archived page in another encoding names its own (<meta charset>) and must be read with it
+        headers["content-type"] = found.media_type
         return File(
             path=found.path,
             filename=found.path.name,
