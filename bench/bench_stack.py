@@ -4,14 +4,15 @@ nothing asserted (compare within one run; these machines are shared).
 
 - latency: ``POST /api/v1/crawls`` of one local page → sealed with every result indexed, polled
   every 20 ms (the API's view), median of ``--repeat``; and ``boxcar add --wait URL`` as a user
-  types it (CLI start-up included);
+  types it (CLI start-up included); the time to each result (as the API first shows it final) and
+  to the *first look* (title and screenshot, what the snapshot page shows first);
 - idle: after the work, the stack's processes (services, NATS, zygotes, egress proxy) measured over
   ``--idle`` seconds: CPU seconds per second, and RSS / PSS summed, per process and in all — twice:
   right after the work (warm interpreters still up) and once they have exited idle
   (``WARM_IDLE_TIMEOUT``: ``--warm-idle-timeout``, by default just longer than the first window).
 
 Usage: ``python bench/bench_stack.py [--shape one|processes] [--plugins wget,favicon,…] [--idle 60]
-[--warm-idle-timeout S]``.
+[--warm-idle-timeout S]``; ``--plugins default`` is the default selection (``DEFAULT_PLUGINS``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import psutil
 from boxcar.cli.client import BoxcarClient
 from boxcar.cli.demo import serve_demo_site
 from boxcar.cli.stack import EmbeddedStack
-from boxcar.shared.settings import Settings
+from boxcar.shared.settings import DEFAULT_PLUGINS, Settings
 
 NOCHROME = "wget,favicon,htmltotext,trafilatura,hashes"
 
@@ -87,13 +88,33 @@ def idle_window(roots: list[int], seconds: float, title: str) -> None:
         print(f"  {label:<40} {share:5.2f}% CPU  RSS {p_rss / 2**20:4.0f} MiB  PSS {p_pss / 2**20:4.0f} MiB")
 
 
-def one_url(client: BoxcarClient, url: str, plugins: list[str]) -> float:
+#: Result statuses after which a result no longer changes.
+FINAL = {"succeeded", "failed", "skipped", "noresults"}
+
+
+def one_url(client: BoxcarClient, url: str, plugins: list[str]) -> tuple[float, dict[str, float]]:
+    """One crawl of ``url``: seconds from ``POST /api/v1/crawls`` to sealed with every result
+    indexed, and ``{what: seconds}`` at which the API first showed each plugin's final result
+    (``"title"``: the snapshot's title; ``"first look"``: both the title and a succeeded
+    screenshot, what the UI's snapshot page needs to show the page)."""
     started = time.perf_counter()
     crawl_id = client.create_crawl({"urls": [url], "plugins": plugins, "only_new": False})["id"]
+    seen: dict[str, float] = {}
     while True:
+        now = time.perf_counter() - started
+        for snap in client.snapshots(crawl_id):
+            if snap.get("title") and "title" not in seen:
+                seen["title"] = now
+            for result in snap["results"]:
+                if result["status"] in FINAL:
+                    seen.setdefault(f"{result['plugin']} ({result['status']})", now)
+                    if result["plugin"] == "screenshot" and result["status"] == "succeeded":
+                        seen.setdefault("screenshot", now)
+        if "first look" not in seen and "title" in seen and "screenshot" in seen:
+            seen["first look"] = now
         state = client.crawl(crawl_id)
         if state["status"] == "sealed" and not state.get("results_pending"):
-            return time.perf_counter() - started
+            return time.perf_counter() - started, seen
         time.sleep(0.02)
 
 
@@ -107,6 +128,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.warm_idle_timeout is None:  # the warm interpreters outlive the first window
         args.warm_idle_timeout = args.idle + 15
+    if args.plugins == "default":
+        args.plugins = ",".join(DEFAULT_PLUGINS)
     plugins = [p for p in args.plugins.split(",") if p]
     os.environ.update(PLUGINS=args.plugins, URL_ALLOW_PRIVATE="true", WARM_IDLE_TIMEOUT=str(args.warm_idle_timeout))
     with tempfile.TemporaryDirectory() as tmp, serve_demo_site() as site:
@@ -115,7 +138,16 @@ def main() -> None:
         try:
             client = BoxcarClient(stack.api_url, stack.token)
             one_url(client, site, plugins)  # warm-up: binaries resolved, interpreters started
-            api = sorted(one_url(client, site, plugins) for _ in range(args.repeat))
+            runs = [one_url(client, site, plugins) for _ in range(args.repeat)]
+            api = sorted(total for total, _ in runs)
+            keys = sorted(
+                {k for _, seen in runs for k in seen},
+                key=lambda k: statistics.median([seen[k] for _, seen in runs if k in seen]),
+            )
+            print(f"[{args.shape}] time to each result after POST /api/v1/crawls (median of {args.repeat}):")
+            for key in keys:
+                times = [seen[key] for _, seen in runs if key in seen]
+                print(f"  {key:<34} {statistics.median(times):6.2f} s  ({len(times)}/{len(runs)} runs)")
             cli = []
             env = {**os.environ, "BOXCAR_API_URL": stack.api_url, "BOXCAR_API_TOKEN": stack.token}
             for _ in range(args.repeat):

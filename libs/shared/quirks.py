@@ -61,6 +61,11 @@ class Quirk(msgspec.Struct, frozen=True, kw_only=True):
         hook_labels: what a hook is, for people reading a snapshot's results, by the part of its
             name after ``on_Snapshot__NN_`` (``chrome_launch``): a daemon's ``skipped`` after the
             session it kept ended is its normal end, not a failure.
+        first_look: its foreground hook runs as soon as the plugins it requires have run (before
+            the task's other foreground hooks, whatever its NN): it only reads the page, and it is
+            what the UI shows first (title, screenshot).
+        first_look_when_equal: config keys that must all resolve to the same value for that early
+            run (else the hook keeps its NN place: the early run would change what later hooks see).
     """
 
     plugin: str
@@ -75,6 +80,8 @@ class Quirk(msgspec.Struct, frozen=True, kw_only=True):
     title_rank: int = 0
     text_rank: int = 0
     hook_labels: dict[str, str] = {}
+    first_look: bool = False
+    first_look_when_equal: tuple[str, ...] = ()
 
 
 QUIRKS: tuple[Quirk, ...] = (
@@ -147,7 +154,25 @@ QUIRKS: tuple[Quirk, ...] = (
         ),
         after_run=AfterRun.MEDIA,
     ),
-    Quirk(plugin="title", reason="The page's <title> as the browser saw it: the first title source.", title_rank=1),
+    Quirk(
+        plugin="screenshot",
+        reason=(
+            "The picture the snapshot page shows first. Its hook only reads the page once it sets the viewport "
+            "to SCREENSHOT_RESOLUTION, which is the tab's own (CHROME_RESOLUTION) unless someone sets them apart; "
+            "then it keeps its NN place after SingleFile, whose copy a viewport change could alter."
+        ),
+        first_look=True,
+        first_look_when_equal=("SCREENSHOT_RESOLUTION", "CHROME_RESOLUTION"),
+    ),
+    Quirk(
+        plugin="title",
+        reason=(
+            "The page's <title> as the browser saw it: the first title source, read (never changed) as soon as "
+            "the page has loaded, so the snapshot has its name before the slower captures end."
+        ),
+        title_rank=1,
+        first_look=True,
+    ),
     Quirk(plugin="seo", reason="og:title and friends: the title when <title> is empty.", title_rank=2),
     Quirk(plugin="htmltotext", reason="The page's whole text: the first searchable text.", text_rank=1),
     Quirk(plugin="trafilatura", reason="The article's text: searchable when htmltotext has none.", text_rank=2),

@@ -1,8 +1,9 @@
 """Executing one ``HookTask``: a family's hooks on one snapshot.
 
-Inside a task the family's hooks run in ``(NN, name)`` order. A foreground hook runs to
-completion before the next starts; a background (``.bg``) hook is started and waited for only
-until its first stdout line, then runs alongside the later hooks. Before a plugin marked
+Inside a task the family's hooks run in ``(NN, name)`` order (but for the first-look hooks, and
+background hooks that start together: ``order``). A foreground hook runs to completion before the
+next starts; a background (``.bg``) hook is started and waited for only until its first stdout
+line, then runs alongside the later hooks. Before a plugin marked
 ``wait_for_background_cleanup`` runs, and at the end of the task, background hooks are stopped
 (SIGTERM to the group, then SIGKILL at their deadline), dependents before the plugins they need
 (a recorder before the tab it listens to). Whatever ends the task (done, crash, cancel,
@@ -42,6 +43,7 @@ from boxcar.hook_executor.cancellations import Cancellations
 from boxcar.hook_executor.egress import EgressProxy, chrome_proxy_args
 from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
+from boxcar.hook_executor.order import run_order, start_batches
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, metrics, telemetry
 from boxcar.shared.binaries import ESBUILD
@@ -283,8 +285,13 @@ class TaskRun:
         self.env = env
         began = time.time_ns() - 1_000_000_000
         try:
-            for hook in hooks:
-                await self._run_hook(hook)
+            for batch in start_batches(run_order(hooks, self.x.catalog, env.resolved), self.x.catalog):
+                if len(batch) == 1:
+                    await self._run_hook(batch[0])
+                else:
+                    async with asyncio.TaskGroup() as group:
+                        for hook in batch:
+                            group.create_task(self._run_hook(hook))
             await self._stop_background()
         finally:
             if self.basic_auth is not None:
