@@ -7,10 +7,12 @@
 3. 20 pages of ../shared/corpus served on the host, on the stack network's gateway address, and
    archived through the API (`POST /api/v1/crawls`), with URL_ALLOW_PRIVATE=true (the gateway is a
    private address; docker-compose.yml's default stays false).
-4. Mid-crawl: `--scale hook-executor-fetch=3`; the new replicas must take tasks (their container
-   hostnames in the Process rows' `machine`). Then the browser executor's container gets SIGKILL
-   (its main process, from the host, as a crash would) and must come back by its restart policy.
-5. The crawl seals: every snapshot sealed with wget, screenshot, DOM and PDF results succeeded.
+4. Mid-crawl: `--scale hook-executor-fetch=3`; once they are healthy a second crawl of 6 more
+   pages is submitted, and the new replicas must take tasks (their container hostnames in the
+   Process rows' `machine`): the first crawl's fetch tasks may all be gone by then. Then the
+   browser executor's container gets SIGKILL (its main process, from the host, as a crash would)
+   and must come back by its restart policy.
+5. Both crawls seal: every snapshot sealed with wget, screenshot, DOM and PDF results succeeded.
 6. `down`, then `up`: every snapshot and every archived file is still there (named volumes).
 7. `down -v`: no container or volume of the project is left.
 
@@ -42,6 +44,7 @@ from compose import LOG, REPO, Failed, Stack, detect_engine, mb  # noqa: E402
 
 PROJECT = "boxcar-test"
 PAGES = int(os.environ.get("BOXCAR_COMPOSE_PAGES", "20"))
+MORE = 6  # the second crawl, submitted once the scaled replicas are healthy
 SCALED = "hook-executor-fetch"
 KILLED = "hook-executor-browser"
 BROWSER_PLUGINS = ("screenshot", "dom", "pdf")
@@ -231,12 +234,8 @@ def test(stack: Stack, summary: dict) -> None:
     address = gateway(stack)
     server, port = serve_corpus(address)
     try:
-        urls = (
-            urllib.request.urlopen(f"http://{address}:{port}/urls.txt?limit={PAGES}", timeout=10)
-            .read()
-            .decode()
-            .split()
-        )
+        listed = urllib.request.urlopen(f"http://{address}:{port}/urls.txt", timeout=10).read().decode().split()
+        urls, more = listed[:PAGES], listed[PAGES : PAGES + MORE]
         step(f"corpus served on the host at http://{address}:{port}/ (the stack network's gateway); {len(urls)} pages")
         crawl_id = api("POST", "/api/v1/crawls", {"urls": urls, "tags": ["compose-test"]})["id"]
         step(f"crawl {crawl_id} submitted")
@@ -254,14 +253,20 @@ def test(stack: Stack, summary: dict) -> None:
         if len(new) != 2:
             raise Failed(f"expected 2 new {SCALED} replicas, found {len(new)}")
         step(f"replicas up: {', '.join(c['Name'].lstrip('/') for c in new)}")
+        # The first crawl's fetch tasks may all be taken before the replicas are healthy (a fetch task
+        # takes a few seconds; the replicas' start does not). A second crawl, submitted now that every
+        # replica has its pull request waiting, gives each one tasks to take: JetStream hands a work
+        # queue's messages to the waiting pull requests in turn.
+        second_id = api("POST", "/api/v1/crawls", {"urls": more, "tags": ["compose-test"]})["id"]
+        step(f"second crawl {second_id} submitted ({len(more)} pages) while the first runs")
         deadline = time.monotonic() + 240
         while True:
             by_machine = machines_by_plugin(stack, "wget")
             worked = [c for c in new if by_machine.get(hostname(c), 0) > 0]
             if len(worked) == len(new):
                 break
-            crawl = api("GET", f"/api/v1/crawls/{crawl_id}")
-            if crawl["status"] == "sealed" or time.monotonic() > deadline:
+            second = api("GET", f"/api/v1/crawls/{second_id}")
+            if second["status"] == "sealed" or time.monotonic() > deadline:
                 raise Failed(
                     f"new replicas that took tasks: {len(worked)}/{len(new)} (wget runs by machine: {by_machine})"
                 )
@@ -303,6 +308,11 @@ def test(stack: Stack, summary: dict) -> None:
         if len(snapshots) != len(urls):
             raise Failed(f"{len(snapshots)} snapshots for {len(urls)} URLs")
         check_snapshots(snapshots)
+        wait_crawl(api, second_id, 300)
+        seconds = api.snapshots(second_id)
+        if len(seconds) != len(more):
+            raise Failed(f"second crawl: {len(seconds)} snapshots for {len(more)} URLs")
+        check_snapshots(seconds)
         failed: dict[str, list[str]] = {}
         for snap in snapshots:
             for r in snap["results"]:
@@ -310,7 +320,7 @@ def test(stack: Stack, summary: dict) -> None:
                     failed.setdefault(r["plugin"], []).append((r["notes"] or r["output_str"] or "")[:160])
         for plugin, notes in sorted(failed.items()):
             step(f"failed results (reported, not checked): {plugin} x{len(notes)}, e.g. {notes[0]!r}")
-        summary["sealed"] = f"{len(snapshots)}/{len(urls)}"
+        summary["sealed"] = f"{len(snapshots)}/{len(urls)} + {len(seconds)}/{len(more)}"
         summary["archive origin"] = view_through_archive_origin(stack, api, snapshots[0])
         step(summary["archive origin"])
         step(
@@ -323,18 +333,21 @@ def test(stack: Stack, summary: dict) -> None:
 
     # named volumes: down, up, everything still there
     files = archive_files(stack)
-    step(f"down then up ({len(snapshots)} snapshots, {len(files)} files, {sum(files.values()) / 1e6:.1f} MB archived)")
+    step(
+        f"down then up ({len(snapshots) + len(seconds)} snapshots, {len(files)} files, "
+        f"{sum(files.values()) / 1e6:.1f} MB archived)"
+    )
     stack.down()
     if stack.containers():
         raise Failed("containers left after down")
     stack.up(build=False)
-    again = api.snapshots(crawl_id)
+    again = api.snapshots(crawl_id) + api.snapshots(second_id)
     files_again = archive_files(stack)
     lost = [p for p, size in files.items() if files_again.get(p) != size]
-    if len(again) != len(snapshots) or any(s["status"] != "sealed" for s in again) or lost:
+    had = len(snapshots) + len(seconds)
+    if len(again) != had or any(s["status"] != "sealed" for s in again) or lost:
         raise Failed(
-            f"after down/up: {len(again)} snapshots (had {len(snapshots)}), "
-            f"{len(lost)} files lost or changed: {lost[:5]}"
+            f"after down/up: {len(again)} snapshots (had {had}), {len(lost)} files lost or changed: {lost[:5]}"
         )
     check_snapshots(again)
     summary["kept"] = f"{len(again)} snapshots, {len(files_again)} files"
