@@ -17,6 +17,7 @@ received (the ``responses`` plugin's bodies), so a page built by JavaScript repl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -134,7 +135,12 @@ def from_responses(
     does not keep); 3xx/4xx/5xx responses are not kept by the plugin. Written to a temporary name
     and renamed: a crash leaves no half WARC under the final name.
     """
-    entries = _response_entries(plugin_dir / "index.jsonl")
+    entries = []  # (entry, its WARC-Date, its body's size): only those whose body is there
+    for entry, when in _response_entries(plugin_dir / "index.jsonl"):
+        try:
+            entries.append((entry, when, (plugin_dir / entry["path"]).stat().st_size))
+        except OSError:
+            continue
     if not entries:
         return None
     page_url = str(page_headers.get("final_url") or page_headers.get("url") or "")
@@ -143,8 +149,7 @@ def from_responses(
         for k, v in (page_headers.get("response_headers") or {}).items()
         if str(k).lower() not in _TRANSFER_HEADERS and not str(k).startswith(":")  # HTTP/2's :status
     }
-    first = min(e["ts"] for e in entries)
-    seconds = int(_warc_date(first).timestamp())
+    seconds = int(min(when for _, when, _ in entries).timestamp())
     target = plugin_dir / BROWSER_WARC_DIR / f"{seconds}-{snapshot_id}-browser.warc.gz"
     target.parent.mkdir(exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
@@ -161,18 +166,17 @@ def from_responses(
             ),
         }
         writer.write_record(writer.create_warcinfo_record(target.name, info))
-        for entry in entries:
-            body_path = plugin_dir / entry["path"]
-            try:
-                size = body_path.stat().st_size
-            except OSError:
-                continue
+        for entry, when, size in entries:
             headers = _http_headers(entry, size, real_headers if entry["url"] == page_url else {})
-            extra = {"WARC-Date": _warc_date(entry["ts"]).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            extra = {"WARC-Date": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
             ip = _address(entry["url"], addresses)
             if ip:
                 extra["WARC-IP-Address"] = ip
-            with open(body_path, "rb") as body:
+            try:
+                body = open(plugin_dir / entry["path"], "rb")  # noqa: SIM115 - closed below
+            except OSError:  # gone since it was listed
+                continue
+            with body:
                 record = writer.create_warc_record(
                     entry["url"],
                     "response",
@@ -185,15 +189,17 @@ def from_responses(
             written += 1
     if not written:
         tmp.unlink()
+        with contextlib.suppress(OSError):  # only if empty: never an earlier run's WARC
+            target.parent.rmdir()
         return None
     os.replace(tmp, target)
     return str(target.relative_to(plugin_dir))
 
 
-def _response_entries(index: Path) -> list[dict]:
+def _response_entries(index: Path) -> list[tuple[dict, datetime]]:
     """The index's GET entries with an http(s) URL, a status, a timestamp and a body path inside
-    the plugin's directory (a line that is not that is skipped: the plugin may have been killed
-    mid-line)."""
+    the plugin's directory, each with its timestamp parsed (a line that is not that is skipped:
+    the plugin may have been killed mid-line)."""
     out = []
     try:
         lines = index.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -215,10 +221,10 @@ def _response_entries(index: Path) -> list[dict]:
         if rel.is_absolute() or ".." in rel.parts:
             continue
         try:
-            _warc_date(ts)
+            when = _warc_date(ts)
         except ValueError:
             continue
-        out.append(entry)
+        out.append((entry, when))
     return out
 
 

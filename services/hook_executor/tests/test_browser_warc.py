@@ -80,4 +80,4 @@ def test_nothing_is_written_without_a_response_to_keep(tmp_path: Path):
     assert from_responses(plugin, "snap1", {}, {}, software="Boxcar test") is None  # no index
     (plugin / "index.jsonl").write_text(json.dumps(_entry(PAGE, "./all/missing.html")) + "\n")
     assert from_responses(plugin, "snap1", {}, {}, software="Boxcar test") is None
-    assert not list(plugin.rglob("*.warc.gz*"))
+    assert sorted(p.name for p in plugin.iterdir()) == ["index.jsonl"]  # not even an empty warc/
