@@ -318,6 +318,9 @@ def test_archived_files_are_sandboxed_by_the_security_mode(archive):
         assert csp.startswith("sandbox") and "allow-scripts" not in csp and "allow-same-origin" not in csp
         assert page.headers["x-content-type-options"] == "nosniff"
         assert "inline" in page.headers["content-disposition"]
+        head = c.head(f"/archive/{sid}/wget/site.test/page1.html")
+        assert head.status_code == 200 and head.headers["content-length"] == str(len(HOSTILE))
+        assert head.headers["content-security-policy"] == csp and head.headers["content-type"] == "text/html"
         svg = c.get(f"/archive/{sid}/image.svg")
         assert svg.headers["content-security-policy"].startswith("sandbox")
         png = c.get(f"/archive/{sid}/screenshot/screenshot.png")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import anyio.to_thread
-from litestar import Controller, MediaType, Request, Response, get
+from litestar import Controller, HttpMethod, MediaType, Request, Response, get, route
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter
@@ -31,11 +31,14 @@ class ArchiveFilesController(Controller):
 
     include_in_schema = False
 
-    @get("/archive/{snapshot_id:str}/{path:path}", guards=[require_viewer])
+    @route(
+        "/archive/{snapshot_id:str}/{path:path}", http_method=[HttpMethod.GET, HttpMethod.HEAD], guards=[require_viewer]
+    )
     async def archived_file(
         self, request: Request, snapshot_id: PathStr, path: PathStr, archive_files: NamedDependency[ArchiveFiles]
     ) -> File | Redirect:
-        """One archived file, or 404 for anything outside the snapshot's directory."""
+        """One archived file, or 404 for anything outside the snapshot's directory. ``HEAD`` gives the
+        same headers without the body (uvicorn drops it), for link checkers and download managers."""
         state = request.app.state
         if state.settings.archive_security_mode == "separate-origin" and not state.is_archive_origin:
             origin = archive_origin(state.settings, str(request.url))
