@@ -406,6 +406,13 @@ class SnapshotLibrary:
         first("trafilatura", (".txt", ".md"), "content.txt")
         first("headers", (".json",), "headers.json")
         first("staticfile", ("",))
+
+        def warc(name: str, plugin: str) -> None:  # wget's, and the browser's (hook_executor.warc)
+            r = ok.get(plugin)
+            warcs = sorted(rel for rel in (r.output_files if r else ()) if rel.startswith("warc/") and ".warc" in rel)
+            if warcs:
+                links[name] = f"{plugin}/{warcs[0]}"
+
         wget = ok.get("wget")
         if wget is not None:
             pages = sorted(
@@ -414,14 +421,8 @@ class SnapshotLibrary:
             )
             if pages:
                 links["wget"] = f"wget/{pages[0]}"
-            warcs = sorted(rel for rel in wget.output_files if rel.startswith("warc/") and ".warc" in rel)
-            if warcs:
-                links["warc"] = f"wget/{warcs[0]}"
-        browser = ok.get("responses")
-        if browser is not None:  # what the browser received (hook_executor.warc.from_responses)
-            warcs = sorted(rel for rel in browser.output_files if rel.startswith("warc/") and ".warc" in rel)
-            if warcs:
-                links["browser_warc"] = f"responses/{warcs[0]}"
+        warc("warc", "wget")
+        warc("browser_warc", "responses")
         # replay shows what the browser saw where it ran (scripts' fetches included), else wget's capture
         if "browser_warc" in links or "warc" in links:
             links["replay"] = links.get("browser_warc") or links["warc"]
