@@ -309,10 +309,10 @@ def test(stack: Stack, summary: dict) -> None:
             raise Failed(f"{len(snapshots)} snapshots for {len(urls)} URLs")
         check_snapshots(snapshots)
         wait_crawl(api, second_id, 300)
-        seconds = api.snapshots(second_id)
-        if len(seconds) != len(more):
-            raise Failed(f"second crawl: {len(seconds)} snapshots for {len(more)} URLs")
-        check_snapshots(seconds)
+        second_snapshots = api.snapshots(second_id)
+        if len(second_snapshots) != len(more):
+            raise Failed(f"second crawl: {len(second_snapshots)} snapshots for {len(more)} URLs")
+        check_snapshots(second_snapshots)
         failed: dict[str, list[str]] = {}
         for snap in snapshots:
             for r in snap["results"]:
@@ -320,7 +320,7 @@ def test(stack: Stack, summary: dict) -> None:
                     failed.setdefault(r["plugin"], []).append((r["notes"] or r["output_str"] or "")[:160])
         for plugin, notes in sorted(failed.items()):
             step(f"failed results (reported, not checked): {plugin} x{len(notes)}, e.g. {notes[0]!r}")
-        summary["sealed"] = f"{len(snapshots)}/{len(urls)} + {len(seconds)}/{len(more)}"
+        summary["sealed"] = f"{len(snapshots)}/{len(urls)} + {len(second_snapshots)}/{len(more)}"
         summary["archive origin"] = view_through_archive_origin(stack, api, snapshots[0])
         step(summary["archive origin"])
         step(
@@ -334,7 +334,7 @@ def test(stack: Stack, summary: dict) -> None:
     # named volumes: down, up, everything still there
     files = archive_files(stack)
     step(
-        f"down then up ({len(snapshots) + len(seconds)} snapshots, {len(files)} files, "
+        f"down then up ({len(snapshots) + len(second_snapshots)} snapshots, {len(files)} files, "
         f"{sum(files.values()) / 1e6:.1f} MB archived)"
     )
     stack.down()
@@ -344,7 +344,7 @@ def test(stack: Stack, summary: dict) -> None:
     again = api.snapshots(crawl_id) + api.snapshots(second_id)
     files_again = archive_files(stack)
     lost = [p for p, size in files.items() if files_again.get(p) != size]
-    had = len(snapshots) + len(seconds)
+    had = len(snapshots) + len(second_snapshots)
     if len(again) != had or any(s["status"] != "sealed" for s in again) or lost:
         raise Failed(
             f"after down/up: {len(again)} snapshots (had {had}), {len(lost)} files lost or changed: {lost[:5]}"

@@ -21,6 +21,8 @@ class ConnectionLog:
     """
 
     MAX_BYTES = 4 * 1024 * 1024
+    #: how long a (host, port)'s latest connection is kept (the browser's WARC looks back 15 min)
+    KEEP_S = 3600.0
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -54,9 +56,6 @@ class ConnectionLog:
         with self._lock:
             self._catch_up()
             return {key: ip for key, (t, ip) in self._latest.items() if t >= since}
-
-    #: how long a (host, port)'s latest connection is kept (the browser's WARC looks back 15 min)
-    KEEP_S = 3600.0
 
     def _catch_up(self) -> None:
         rotated = self.path.with_name(self.path.name + ".1")
