@@ -658,7 +658,8 @@ def insert_tasks(
         for family, plugins in families.items()
     ]
     insert = insert_for(s)
-    s.execute(insert(SnapshotTask).values(rows).on_conflict_do_nothing(index_elements=["id"]))
+    # one statement executed per row (a multi-row VALUES insert is compiled anew every time)
+    s.execute(insert(SnapshotTask.__table__).on_conflict_do_nothing(index_elements=["id"]), rows)
     return list(s.scalars(select(SnapshotTask).where(SnapshotTask.id.in_([r["id"] for r in rows]))))
 
 

@@ -202,3 +202,66 @@ def test_a_failed_index_write_is_repaired_by_the_sweep(db, tmp_path):
         s.get(Snapshot, snapshot_id).modified_at = utcnow() - timedelta(minutes=1)
     assert projector.repair() == 1
     assert (snap_dir / "index.jsonl").is_file()
+
+
+def test_one_batch_applies_each_hooks_events_in_their_order(db, tmp_path):
+    """A batch is upserted as one executemany per run of fallbacks or results: a hook's events that
+    share a batch are still applied one after another, as if projected one by one."""
+    snapshot_id = _snapshot(db)
+    projector = ResultProjector(Settings(data_dir=tmp_path), db)
+    t0 = utcnow()
+
+    def result(hook: str, status: str, start: int, note: str = "") -> bytes:
+        return encode(
+            ArchiveResultRecord(
+                id=new_id(),
+                snapshot_id=snapshot_id,
+                plugin="wget",
+                hook_name=hook,
+                status=status,
+                notes=note,
+                start_ts=t0 + timedelta(seconds=start),
+            )
+        )
+
+    def stand_in(hook: str) -> bytes:
+        return encode(
+            ArchiveResultRecord.stand_in(
+                snapshot_id=snapshot_id, crawl_id="", plugin="wget", hook_name=hook, status="failed", reason="lost"
+            )
+        )
+
+    def process(pid: str, exit_code: int) -> bytes:
+        return encode(
+            ProcessRecord(
+                id=pid, snapshot_id=snapshot_id, plugin="wget", hook_name="h", exit_code=exit_code, machine="m"
+            )
+        )
+
+    pid = new_id()
+    ar, pr = bus.SUBJECT_ARCHIVERESULT, bus.SUBJECT_PROCESS_COMPLETED
+    projector.apply(
+        [
+            (ar, stand_in("a")),  # a stand-in, then the real result: the real one
+            (ar, result("a", "succeeded", 1)),
+            (ar, result("b", "succeeded", 1)),  # a real result, then a stand-in: still the real one
+            (ar, stand_in("b")),
+            (ar, result("c", "failed", 1, "first")),  # three runs: the newest start wins, not the last
+            (ar, result("c", "succeeded", 3, "newest")),
+            (ar, result("c", "failed", 2, "middle")),
+            (ar, stand_in("d")),  # only a stand-in: kept
+            (pr, process(pid, 1)),
+            (pr, process(pid, 0)),  # a process's last event is its row
+        ]
+    )
+    with db.read() as s:
+        rows = {r.hook_name: r for r in s.scalars(select(ArchiveResult))}
+        procs = list(s.scalars(select(Process)))
+    assert {h: r.status for h, r in rows.items()} == {
+        "a": "succeeded",
+        "b": "succeeded",
+        "c": "succeeded",
+        "d": "failed",
+    }
+    assert rows["c"].notes == "newest" and rows["d"].output_str == "lost"
+    assert [(p.id, p.exit_code) for p in procs] == [(pid, 0)]
