@@ -4,9 +4,11 @@ last window of one run; these machines are shared).
 
 The corpus has 130 pages; the bench repeats them under new URLs (``…/pages/<name>/?copy=<k>``: the
 corpus server ignores the query, Boxcar keeps it, so each is a snapshot of its own). For every
-``--window`` snapshots sealed it prints the window's snapshots/min and, at its end, the summed RSS
+``--window`` snapshots sealed it prints the window's snapshots/min, at its end the summed RSS
 and PSS of the stack's processes (the one-process stack or each service, NATS, warm interpreters,
-egress proxy; not the short-lived hooks), and at the end the last window against the first.
+egress proxy; not the short-lived hooks) and their CPU per snapshot in the window; at the end the
+last window against the first and the CPU seconds per snapshot of everything the stack ran (its
+processes and every hook: ``getrusage(RUSAGE_CHILDREN)`` once the stack has exited).
 
 Usage: ``python bench/bench_flat.py [--urls 10000] [--window 1000] [--plugins wget,favicon,…]``
 (issue 31: 10,000 URLs with the no-browser selection; about an hour on 2 cores).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -35,6 +38,22 @@ from boxcar.shared.settings import Settings  # noqa: E402
 
 #: Processes younger than this are taken for hooks (short-lived), not the stack.
 LONG_LIVED_S = 20.0
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    """Summed user + system CPU seconds of ``roots`` and their descendants older than
+    ``LONG_LIVED_S`` (the stack's own processes; the hooks' CPU is counted at the end)."""
+    total = 0.0
+    now = time.time()
+    for proc in tree(roots):
+        try:
+            if proc.pid not in roots and now - proc.create_time() < LONG_LIVED_S:
+                continue
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def memory(roots: list[int]) -> tuple[int, int]:
@@ -83,21 +102,23 @@ def main() -> None:
                 ]
                 print(f"crawl created in {time.monotonic() - started:.1f} s")
                 windows: list[tuple[float, float, int, int]] = []  # (seconds, snapshots/min, rss, pss)
-                mark, mark_t = 0, started
+                mark, mark_t, mark_cpu = 0, started, cpu_seconds(roots)
                 while True:
                     state = client.crawl(crawl_id)
                     sealed = state["snapshots"]["sealed"]
                     now = time.monotonic()
                     while sealed >= mark + args.window:
                         rss, pss = memory(roots)
+                        cpu = cpu_seconds(roots)
                         rate = args.window / ((now - mark_t) / 60)
                         windows.append((now - started, rate, rss, pss))
                         print(
                             f"  {mark + args.window:6d} sealed at {now - started:7.1f} s: {rate:6.1f} snapshots/min "
-                            f"in this window; stack RSS {rss / 2**20:.0f} MiB, PSS {pss / 2**20:.0f} MiB",
+                            f"in this window; stack RSS {rss / 2**20:.0f} MiB, PSS {pss / 2**20:.0f} MiB; "
+                            f"stack CPU {1000 * (cpu - mark_cpu) / args.window:.0f} ms per snapshot",
                             flush=True,
                         )
-                        mark, mark_t = mark + args.window, now
+                        mark, mark_t, mark_cpu = mark + args.window, now, cpu
                     if state["status"] == "sealed" and not state.get("results_pending"):
                         break
                     time.sleep(1)
@@ -112,6 +133,11 @@ def main() -> None:
                     )
             finally:
                 stack.stop()
+            # everything the stack started, hooks included, once it has exited and been waited for
+            # (the corpus server, still running, is not in it)
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
+            per = (used.ru_utime + used.ru_stime) / max(sealed, 1)
+            print(f"CPU of the stack and its hooks: {per:.3f} s per snapshot")
     finally:
         if server is not None:
             server.terminate()
