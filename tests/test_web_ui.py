@@ -260,6 +260,12 @@ def axe_violations(page, axe_source: str) -> list[str]:
     ]
 
 
+#: Visible form controls whose right edge is past the viewport's (or cut off by a clipping parent).
+CONTROLS_OUT_OF_VIEW = """[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+  .filter(e => e.offsetParent !== null && e.getBoundingClientRect().right > window.innerWidth + 1)
+  .map(e => `${e.tagName.toLowerCase()}[name=${e.name || e.id || '?'}]`)"""
+
+
 def test_every_page_fits_a_phone_and_passes_axe(page, state, axe_source):
     """At 1280×900 and 390×844, light and dark: no page wider than the viewport, no serious or
     critical axe-core violation, and a screenshot of each (UI_SCREENSHOT_DIR)."""
@@ -286,6 +292,9 @@ def test_every_page_fits_a_phone_and_passes_axe(page, state, axe_source):
                     width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
                     if width[0] > width[1]:
                         problems.append(f"{name} {size}: {width[0]} px wide in a {width[1]} px viewport")
+                    # a control can stick out of a box that clips it without widening the page
+                    cut = page.evaluate(CONTROLS_OUT_OF_VIEW)
+                    problems += [f"{name} {size}: {c} reaches past the viewport's right edge" for c in cut]
                     problems += [f"{name} {size} {scheme}: {v}" for v in axe_violations(page, axe_source)]
                     shot(page, f"layout-{size}-{scheme}-{name}")
             page.emulate_media(color_scheme="dark")
