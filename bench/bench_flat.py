@@ -40,37 +40,22 @@ from boxcar.shared.settings import Settings  # noqa: E402
 LONG_LIVED_S = 20.0
 
 
-def cpu_seconds(roots: list[int]) -> float:
-    """Summed user + system CPU seconds of ``roots`` and their descendants older than
-    ``LONG_LIVED_S`` (the stack's own processes; the hooks' CPU is counted at the end)."""
-    total = 0.0
+def stack_sample(roots: list[int]) -> tuple[float, int, int]:
+    """Of ``roots`` and their descendants older than ``LONG_LIVED_S`` (the stack's own processes,
+    not the hooks it is running): summed user + system CPU seconds, RSS and PSS in bytes."""
+    cpu, rss, pss = 0.0, 0, 0
     now = time.time()
     for proc in tree(roots):
         try:
             if proc.pid not in roots and now - proc.create_time() < LONG_LIVED_S:
                 continue
-            times = proc.cpu_times()
+            times, mem = proc.cpu_times(), proc.memory_full_info()
         except psutil.Error:
             continue
-        total += times.user + times.system
-    return total
-
-
-def memory(roots: list[int]) -> tuple[int, int]:
-    """Summed (RSS, PSS) in bytes of ``roots`` and their descendants older than ``LONG_LIVED_S``
-    (the stack, not the hooks it is running)."""
-    rss = pss = 0
-    now = time.time()
-    for proc in tree(roots):
-        try:
-            if proc.pid not in roots and now - proc.create_time() < LONG_LIVED_S:
-                continue
-            mem = proc.memory_full_info()
-        except psutil.Error:
-            continue
+        cpu += times.user + times.system
         rss += mem.rss
         pss += mem.pss
-    return rss, pss
+    return cpu, rss, pss
 
 
 def main() -> None:
@@ -102,14 +87,13 @@ def main() -> None:
                 ]
                 print(f"crawl created in {time.monotonic() - started:.1f} s")
                 windows: list[tuple[float, float, int, int]] = []  # (seconds, snapshots/min, rss, pss)
-                mark, mark_t, mark_cpu = 0, started, cpu_seconds(roots)
+                mark, mark_t, mark_cpu = 0, started, stack_sample(roots)[0]
                 while True:
                     state = client.crawl(crawl_id)
                     sealed = state["snapshots"]["sealed"]
                     now = time.monotonic()
                     while sealed >= mark + args.window:
-                        rss, pss = memory(roots)
-                        cpu = cpu_seconds(roots)
+                        cpu, rss, pss = stack_sample(roots)
                         rate = args.window / ((now - mark_t) / 60)
                         windows.append((now - started, rate, rss, pss))
                         print(
