@@ -107,10 +107,14 @@ def test_depth_one_crawl_archives_linked_pages(db_url, nats_url, make_stack, dem
     stack = make_stack(db_url, nats_url)
     crawl_id = submit(stack, urls=[demo_site], max_depth=1, plugins=["wget", "parse_html_urls"])
     wait_sealed(stack, crawl_id, timeout=300)
-    crawl, snaps, _ = load_crawl(Database(db_url), crawl_id)
+    crawl, snaps, results = load_crawl(Database(db_url), crawl_id)
 
     root = next(s for s in snaps if s.depth == 0)
     children = [s for s in snaps if s.depth == 1]
+    # the root's capture and its parser first, so a crawl without children says why
+    outcome = {r.plugin: (r.status, r.output_str, r.notes) for r in results if r.snapshot_id == root.id}
+    assert outcome.get("wget", ("",))[0] == "succeeded", outcome
+    assert outcome.get("parse_html_urls", ("",))[0] == "succeeded", outcome
     linked = set(
         re.findall(r'href="([a-z]+\.html)"', Path(__file__).parents[1].joinpath("cli/demo-site/index.html").read_text())
     )
