@@ -250,6 +250,8 @@ def test_one_batch_applies_each_hooks_events_in_their_order(db, tmp_path):
             (ar, result("c", "succeeded", 3, "newest")),
             (ar, result("c", "failed", 2, "middle")),
             (ar, stand_in("d")),  # only a stand-in: kept
+            (ar, result("e", "failed", 1, "earlier event")),  # the same start: the later event wins
+            (ar, result("e", "succeeded", 1, "later event")),
             (pr, process(pid, 1)),
             (pr, process(pid, 0)),  # a process's last event is its row
         ]
@@ -262,6 +264,7 @@ def test_one_batch_applies_each_hooks_events_in_their_order(db, tmp_path):
         "b": "succeeded",
         "c": "succeeded",
         "d": "failed",
+        "e": "succeeded",
     }
-    assert rows["c"].notes == "newest" and rows["d"].output_str == "lost"
+    assert rows["c"].notes == "newest" and rows["d"].output_str == "lost" and rows["e"].notes == "later event"
     assert [(p.id, p.exit_code) for p in procs] == [(pid, 0)]
