@@ -8,6 +8,8 @@ Routes:
 - ``/status/<code>``: an HTML error page with that status (429 with ``Retry-After: 1``);
 - ``/redirect`` → 302 → ``/final/``; ``/redirect-to?u=URL`` → 302 → URL;
 - ``/hang/<n>``: never answers (until the server stops);
+- ``/spin/``: a page that loads, then wedges its renderer (a script that never yields, 1 s after
+  ``load``): every later DevTools command on its tab goes unanswered;
 - ``/feeds/relative.xml``: an RSS feed whose item links are relative (``/items/five.html``,
   ``//host:port/items/six.html``) plus one item with no link at all;
 - ``/items/<name>``: small pages;
@@ -136,6 +138,9 @@ class FaultSite:
         if path.startswith("/hang/") or path == "/hang":
             self.stopping.wait()
             return None, b"", {}
+        if path == "/spin/":
+            spin = '<script>addEventListener("load", () => setTimeout(() => { for (;;) {} }, 1000));</script>'
+            return 200, page("Spinning Page", "this page stops answering") + spin.encode(), html
         if path == "/feeds/relative.xml":
             host = self.base.split("://", 1)[1]
             feed = (

@@ -277,3 +277,29 @@ def test_basic_auth_reaches_the_tab_over_devtools_and_never_the_browser_profile(
             if path.is_file() and not path.is_symlink():
                 with contextlib.suppress(OSError):
                     assert needle not in path.read_bytes(), f"the password is in {path} while the browser runs"
+
+
+def test_a_page_that_wedges_its_renderer_costs_one_timeout_not_one_per_hook(sqlite_url, nats_url, make_stack):
+    """la-nacion in the corpus makes Chromium's printToPDF spin for ever, and every later hook on
+    its tab then waited out a timeout of its own (minutes per page). Here a page whose script never
+    yields after ``load``: one hook waits out its timeout, the tab is found not answering, and the
+    task's later tab hooks are recorded failed with that reason instead of being started; the crawl
+    seals."""
+    from tests.fault_site import FaultSite
+
+    with FaultSite() as site:
+        stack = make_stack(sqlite_url, nats_url, families=["browser"])
+        plugins = ["screenshot", "pdf", "dom", "title"]
+        crawl_id = submit(stack, urls=[site.url("/spin/")], plugins=plugins, config={"TIMEOUT": 20})
+        wait_sealed(stack, crawl_id, timeout=300)
+        _crawl, [_snapshot], results = load_crawl(Database(sqlite_url), crawl_id)
+        by_plugin = {r.plugin: r for r in results if r.plugin in plugins}
+        assert set(by_plugin) == set(plugins), sorted((r.plugin, r.status) for r in results)
+        not_run = [p for p, r in by_plugin.items() if r.output_str.startswith("not run: the page stopped answering")]
+        waited = [p for p, r in by_plugin.items() if r.status == "failed" and p not in not_run]
+        assert all(by_plugin[p].status == "failed" for p in not_run)
+        # the first hook after the page wedged waits out its timeout; each later one is not started
+        assert len(waited) <= 1 and len(not_run) >= len(plugins) - 2, {
+            p: (r.status, r.output_str[:120]) for p, r in by_plugin.items()
+        }
+        assert "renderer is hung" in by_plugin[not_run[-1]].notes

@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 
+from boxcar.hook_executor import cdp
+
 log = logging.getLogger(__name__)
 
 #: CDP messages can carry request bodies; more than this and the connection closes (the task's
@@ -51,8 +53,8 @@ class BasicAuthResponder:
         username, password: the credentials, already percent-decoded.
 
     Raises (``start``):
-        OSError, ValueError: the tab's DevTools address or target is unreadable, or the browser
-            refused the session.
+        OSError, ValueError (``cdp.CdpError``): the tab's DevTools address or target is
+            unreadable, or the browser refused the session.
     """
 
     def __init__(self, chrome_dir: Path, page_url: str, username: str, password: str) -> None:
@@ -88,15 +90,8 @@ class BasicAuthResponder:
 
     async def _call(self, method: str, params: dict, timeout: float) -> dict:
         """A browser-level command and its result (before the event loop runs)."""
-        call_id = next(self._ids)
-        await self._ws.send(json.dumps({"id": call_id, "method": method, "params": params}))
-        async with asyncio.timeout(timeout):
-            while True:
-                message = json.loads(await self._ws.recv())
-                if message.get("id") == call_id:
-                    if "error" in message:
-                        raise ValueError(f"{method}: {message['error'].get('message')}")
-                    return message["result"]
+        assert self._ws is not None
+        return await cdp.call(self._ws, next(self._ids), method, params, timeout)
 
     async def _send(self, method: str, params: dict) -> None:
         message = {"id": next(self._ids), "method": method, "params": params, "sessionId": self.session}

@@ -35,11 +35,12 @@ from pathlib import Path
 import msgspec
 from nats.js import JetStreamContext
 
-from boxcar.hook_executor import documents, media, responses, warc
+from boxcar.hook_executor import cdp, documents, media, responses, warc
 from boxcar.hook_executor.basic_auth import BasicAuthResponder
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable, launch_args
 from boxcar.hook_executor.cancellations import Cancellations
+from boxcar.hook_executor.cdp import TAB_PLUGIN
 from boxcar.hook_executor.egress import EgressProxy, chrome_proxy_args
 from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
@@ -252,6 +253,8 @@ class TaskRun:
         self.wget_log = ""
         self.navigate_error = ""
         self.basic_auth: BasicAuthResponder | None = None
+        #: why the tab's hooks are no longer started (its renderer stopped answering), or ""
+        self.tab_lost = ""
 
     async def run(self) -> TaskCompleted:
         task = self.task
@@ -314,6 +317,9 @@ class TaskRun:
         if self.cancelled.is_set():
             await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
             return
+        if self.tab_lost and self._needs_tab(hook):
+            await self.x.publish_result(task, _result(task, hook, ResultStatus.FAILED, f"not run: {self.tab_lost}"))
+            return
         if self.x.catalog[hook.plugin].waits_for_background and self.background:
             await self._stop_background()
         try:
@@ -368,7 +374,23 @@ class TaskRun:
                 return
             await proc.wait(self.cancelled)
             span.set_attribute("process.exit_code", proc.exit_code if proc.exit_code is not None else -1)
-        await self._report(proc)
+        result = await self._report(proc)
+        if result.status == ResultStatus.FAILED and self._needs_tab(hook) and not self.tab_lost:
+            await self._check_tab(hook)
+
+    def _needs_tab(self, hook: Hook) -> bool:
+        """A hook of the chrome plugin or of one that requires it: it works on the snapshot's tab."""
+        return hook.plugin == TAB_PLUGIN or TAB_PLUGIN in self.x.catalog[hook.plugin].required_plugins
+
+    async def _check_tab(self, hook: Hook) -> None:
+        """After ``hook`` failed: if the tab no longer answers (``cdp.tab_answers``), the task's
+        later tab hooks are recorded failed instead of each waiting out its timeout."""
+        if await cdp.tab_answers(self.snap_dir / TAB_PLUGIN) is False:
+            self.tab_lost = (
+                f"the page stopped answering after {hook.name} failed (its renderer is hung: "
+                f"no reply to Runtime.evaluate within {cdp.TAB_ANSWER_S:.0f} s)"
+            )
+            log.warning("%s: %s", self.task.snapshot_id, self.tab_lost)
 
     async def _stop_background(self) -> None:
         """Stop background hooks, those of plugins nothing else here requires first (recorders
@@ -386,9 +408,9 @@ class TaskRun:
         alive = [p for p in self.started if p.proc is not None and p.proc.returncode is None]
         await asyncio.gather(*(p.kill() for p in alive), return_exceptions=True)
 
-    async def _report(self, proc: HookProcess) -> None:
-        """Publish the hook's Process and ArchiveResult; if they cannot be built or encoded, a
-        ``failed`` result that says why (a hook never goes unrecorded)."""
+    async def _report(self, proc: HookProcess) -> ArchiveResultRecord:
+        """Publish the hook's Process and ArchiveResult and return the latter; if they cannot be
+        built or encoded, a ``failed`` result that says why (a hook never goes unrecorded)."""
         task, env = self.task, self.env
         special = quirk(proc.hook.plugin)
         if special.after_run is AfterRun.WARC and proc.started_at is not None:
@@ -438,11 +460,12 @@ class TaskRun:
             result.output_str[:80],
             result.notes[:200],
         )
+        return result
 
     async def _answer_basic_auth(self) -> None:
         """The tab is open: give it the page's credentials over DevTools before it navigates."""
         user, password = self.env.credentials
-        responder = BasicAuthResponder(self.snap_dir / "chrome", self.task.url, user, password)  # the tab's files
+        responder = BasicAuthResponder(self.snap_dir / TAB_PLUGIN, self.task.url, user, password)  # the tab's files
         try:
             await responder.start()
         except (OSError, ValueError, TimeoutError) as exc:  # the page is then captured without them
