@@ -284,16 +284,24 @@ def test_a_page_that_wedges_its_renderer_costs_one_timeout_not_one_per_hook(sqli
     its tab then waited out a timeout of its own (minutes per page). Here a page whose script never
     yields after ``load``: one hook waits out its timeout, the tab is found not answering, and the
     task's later tab hooks are recorded failed with that reason instead of being started; the crawl
-    seals."""
+    seals, and pages of the same site captured beside it in other tabs are not touched."""
     from tests.fault_site import FaultSite
 
     with FaultSite() as site:
         stack = make_stack(sqlite_url, nats_url, families=["browser"])
         plugins = ["screenshot", "pdf", "dom", "title"]
-        crawl_id = submit(stack, urls=[site.url("/spin/")], plugins=plugins, config={"TIMEOUT": 20})
+        urls = [site.url("/spin/"), site.url("/items/one.html"), site.url("/items/two.html")]
+        crawl_id = submit(stack, urls=urls, plugins=plugins, config={"TIMEOUT": 20})
         wait_sealed(stack, crawl_id, timeout=300)
-        _crawl, [_snapshot], results = load_crawl(Database(sqlite_url), crawl_id)
-        by_plugin = {r.plugin: r for r in results if r.plugin in plugins}
+        _crawl, snapshots, results = load_crawl(Database(sqlite_url), crawl_id)
+        url_of = {snapshot.id: snapshot.url for snapshot in snapshots}
+        by_page: dict[str, dict] = {url: {} for url in urls}
+        for r in results:
+            if r.plugin in plugins:
+                by_page[url_of[r.snapshot_id]][r.plugin] = r
+        for url in urls[1:]:
+            assert {p: r.status for p, r in by_page[url].items()} == dict.fromkeys(plugins, "succeeded"), url
+        by_plugin = by_page[urls[0]]
         assert set(by_plugin) == set(plugins), sorted((r.plugin, r.status) for r in results)
         not_run = [p for p, r in by_plugin.items() if r.output_str.startswith("not run: the page stopped answering")]
         waited = [p for p, r in by_plugin.items() if r.status == "failed" and p not in not_run]
