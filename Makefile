@@ -59,7 +59,11 @@ install: $(STAMP) system-deps
 $(STAMP): pyproject.toml constraints.txt scripts/find-python
 	@python=$$(./scripts/find-python) || exit 1; \
 	 echo "using $$python ($$($$python -V))"; \
-	 [ -x $(PY) ] || $$python -m venv $(VENV) || { echo "error: could not create $(VENV) (on Debian: apt-get install python3-venv)"; exit 1; }
+	 if ! { [ -x $(PY) ] && $(PY) -m pip --version >/dev/null 2>&1; }; then \
+	   [ ! -e $(VENV) ] || echo "$(VENV) has no pip (an interrupted set-up?): creating it again"; \
+	   rm -rf $(VENV); \
+	   $$python -m venv $(VENV) || { echo "error: could not create $(VENV) (on Debian: apt-get install python3-venv)"; exit 1; }; \
+	 fi
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
