@@ -38,7 +38,7 @@ async def main(families: list[str]) -> None:
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     telemetry.setup_tracing("boxcar", settings.span_log_dir)
-    db = Database(settings.sqlalchemy_url)
+    db = Database.for_settings(settings)
     await asyncio.to_thread(db.upgrade_in_child)
     shared = await asyncio.to_thread(SharedResources, settings, families)
     runner = CrawlRunner(settings, db)

@@ -98,6 +98,6 @@ def open_database(settings: Settings, *, must_exist: bool = True):
 
     if must_exist and not settings.database_url and not (settings.data_dir / "index.sqlite3").exists():
         fail(f"no archive in {settings.data_dir} (set DATA_DIR or DATABASE_URL)")
-    db = Database(settings.sqlalchemy_url)
+    db = Database.for_settings(settings)
     db.upgrade()
     return db

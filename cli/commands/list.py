@@ -37,7 +37,7 @@ def list_(data_dir, crawl_id, as_json, limit) -> None:
     settings = settings_for(data_dir)
     if not settings.database_url and not (settings.data_dir / "index.sqlite3").exists():
         fail(f"no archive in {settings.data_dir} (set DATA_DIR or DATABASE_URL)")
-    db = Database(settings.sqlalchemy_url)
+    db = Database.for_settings(settings)
     db.upgrade()
     service = CrawlService(db, settings, get_catalog(), load_families())
     me = operator(settings.archive_user)  # the operator's CLI: every user's snapshots

@@ -23,5 +23,5 @@ def migrate(data_dir) -> None:
     from boxcar.shared.db import Database
 
     settings = settings_for(data_dir)
-    Database(settings.sqlalchemy_url).upgrade()
+    Database.for_settings(settings).upgrade()
     err.print(f"schema up to date ({settings.sqlalchemy_url.split('@')[-1]})")

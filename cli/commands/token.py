@@ -34,7 +34,7 @@ def token_create(data_dir, name, read_only, owner) -> None:
     from boxcar.shared.db import Database
 
     settings = settings_for(data_dir)
-    db = Database(settings.sqlalchemy_url)
+    db = Database.for_settings(settings)
     db.upgrade()
     owner = owner or settings.archive_user
     if owner != settings.archive_user and owner not in {u.username for u in list_users(db)}:

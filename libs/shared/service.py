@@ -76,7 +76,7 @@ async def run_service(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     telemetry.setup_tracing(name, settings.span_log_dir)
     exporter = metrics.serve_settings(settings)
-    db = Database(settings.sqlalchemy_url) if database else None
+    db = Database.for_settings(settings) if database else None
     if db is not None:
         await asyncio.to_thread(db.upgrade_in_child)
     loop = asyncio.get_running_loop()

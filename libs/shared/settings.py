@@ -91,7 +91,18 @@ class Settings(BaseSettings):
     # --- where things are
     data_dir: Path = Field(default=Path("./data"), description="Root of the archive (ArchiveBox layout), a path")
     database_url: str = Field(
-        default="", description="SQLAlchemy/libpq URL of the database; empty: SQLite at DATA_DIR/index.sqlite3"
+        default="",
+        description=(
+            "SQLAlchemy/libpq URL of the database; empty: SQLite at DATA_DIR/index.sqlite3. libpq's "
+            "parameters pass through (sslmode, sslrootcert, target_session_attrs, ...), and so do several "
+            "hosts (postgresql://user@db1:5432,db2:5432/boxcar?target_session_attrs=read-write)"
+        ),
+    )
+    db_pool_size: int = Field(
+        default=5, ge=1, description="Postgres connections each process keeps open (SQLAlchemy pool_size)"
+    )
+    db_max_overflow: int = Field(
+        default=10, ge=0, description="Postgres connections each process may open beyond DB_POOL_SIZE at a peak"
     )
     nats_url: str = Field(
         default="nats://127.0.0.1:4222", description="NATS server with JetStream (the CLI starts one)"
@@ -400,14 +411,35 @@ class Settings(BaseSettings):
 
     @property
     def sqlalchemy_url(self) -> str:
-        """The database URL with the driver Boxcar uses (psycopg 3 for Postgres)."""
+        """The database URL with the driver Boxcar uses (psycopg 3 for Postgres); see
+        ``postgres_sqlalchemy_url``."""
         url = self.database_url.strip()
         if not url:
             return f"sqlite:///{self.data_dir / 'index.sqlite3'}"
         for prefix in ("postgres://", "postgresql://"):
             if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix) :]
+                return postgres_sqlalchemy_url(url[len(prefix) :])
         return url
+
+
+def postgres_sqlalchemy_url(rest: str) -> str:
+    """A libpq connection URI (``rest``: what follows ``postgresql://``) as the SQLAlchemy URL of
+    the psycopg 3 driver. The query's parameters are libpq's and pass through unchanged (TLS:
+    ``sslmode``, ``sslrootcert``, ``sslcert``, ``sslkey``; failover: ``target_session_attrs``). A
+    libpq host list (``db1:5432,db2:5433``, libpq's "Connection URIs", PostgreSQL docs §34.1.1.2),
+    which SQLAlchemy cannot parse, becomes its form for several hosts (``@/db?host=db1:5432&host=db2:5433``,
+    SQLAlchemy's "Specifying multiple fallback hosts"); libpq then tries them in turn.
+    """
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:end], rest[end:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return "postgresql+psycopg://" + rest
+    path, _, query = tail.partition("?")
+    params = [f"host={host}" for host in hosts.split(",") if host]
+    if query:
+        params.append(query)
+    return f"postgresql+psycopg://{userinfo}{at}{path or '/'}?{'&'.join(params)}"
 
 
 @functools.cache

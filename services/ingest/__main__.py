@@ -16,7 +16,7 @@ from boxcar.shared.settings import get_settings
 async def serve_both(settings) -> None:
     """The API on ``API_PORT`` (it owns the signals) and the archive origin on ``ARCHIVE_PORT``
     (stopped when the API stops)."""
-    db = Database(settings.sqlalchemy_url)
+    db = Database.for_settings(settings)
     await asyncio.to_thread(db.upgrade_in_child)
     main = server(create_app(settings, db), settings.api_host, settings.api_port)
     archive = server(create_archive_app(settings, db), settings.api_host, settings.archive_port, handle_signals=False)

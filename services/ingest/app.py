@@ -143,7 +143,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     """
     settings = settings or get_settings()
     own_db = db is None
-    db = db or Database(settings.sqlalchemy_url)
+    db = db or Database.for_settings(settings)
     families = load_families()
     service = CrawlService(db, settings, get_catalog(), families)
     feeds = FeedService(service)

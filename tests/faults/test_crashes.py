@@ -6,17 +6,13 @@ result per hook, nothing stuck, no orphan process, and the first seal after the 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from boxcar.cli.stack import free_port, wait_for_port
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
 from tests.faults.harness import (
@@ -29,6 +25,7 @@ from tests.faults.harness import (
     wait_progress,
 )
 from tests.helpers import submit, wait_sealed, wait_until
+from tests.private_postgres import PrivatePostgres
 
 FAMILIES = ["fetch", "extract", "parse", "index"]
 ENV = {"PLUGINS": ",".join(PLUGINS), "CRAWL_MAX_CONCURRENT_SNAPSHOTS": "4", "EXECUTOR_CONCURRENCY": "2"}
@@ -136,47 +133,6 @@ def test_nats_down_for_30_seconds(pg_url, nats, make_stack, site_urls):
     assert_clean(
         outcome(db, crawl_id, urls, "NATS down 30 s", restarted_at=restarted, peak=memory.peak, data_dir=stack.data_dir)
     )
-
-
-class PrivatePostgres:
-    """A Postgres cluster of the test's own (stoppable), run as the ``postgres`` user."""
-
-    def __init__(self, root: Path) -> None:
-        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
-        if not bins or shutil.which("runuser") is None:
-            pytest.skip("no Postgres server binaries (postgresql package) to start a private cluster")
-        # a directory the postgres user can reach (pytest's tmp dirs are root's own)
-        self.bin, self.dir, self.port = bins[-1], Path(tempfile.mkdtemp(prefix="boxcar-pg-")), free_port()
-        shutil.chown(self.dir, "postgres", "postgres")
-        self._as_postgres(str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres")
-
-    def _as_postgres(self, *argv: str) -> None:
-        # no pipes: the server pg_ctl starts would hold them open
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", *argv],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=120,
-        )
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-        log = str(self.dir / "server.log")
-        self._as_postgres(
-            str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-o", options, "-l", log, "-w", "start"
-        )
-        wait_for_port(self.port, 30)
-
-    def stop(self) -> None:
-        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
-
-    def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def test_postgres_down_for_30_seconds(nats, make_stack, site_urls, tmp_path):

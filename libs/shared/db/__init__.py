@@ -27,6 +27,7 @@ from boxcar.shared.db.models import Base  # noqa: F401  (re-exported for Alembic
 
 if TYPE_CHECKING:
     from boxcar.shared.messages import Seed
+    from boxcar.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,11 @@ class Database:
 
     Args:
         url: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``).
+        pool_size, max_overflow: Postgres connections kept open, and opened beyond those at a
+            peak, by this process (``DB_POOL_SIZE``, ``DB_MAX_OVERFLOW``; unused for SQLite).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int = 5, max_overflow: int = 10) -> None:
         self.url = url
         self.is_sqlite = make_url(url).get_backend_name() == "sqlite"
         if self.is_sqlite:
@@ -60,10 +63,16 @@ class Database:
             self.engine = _sqlite_engine(url, immediate=True)
             self.read_engine = _sqlite_engine(url, immediate=False)
         else:
-            self.engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+            self.engine = create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow)
             self.read_engine = self.engine
         self._write = sessionmaker(self.engine, expire_on_commit=False)
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> Database:
+        """The database of ``settings`` (``DATABASE_URL``, else SQLite under ``DATA_DIR``) with
+        its pool sizes (``DB_POOL_SIZE``, ``DB_MAX_OVERFLOW``)."""
+        return cls(settings.sqlalchemy_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Session]:

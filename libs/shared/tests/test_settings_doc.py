@@ -40,3 +40,26 @@ def test_heavy_families_run_fewer_tasks_at_once_unless_told():
         3,
         4,
     )
+
+
+def test_a_libpq_uri_becomes_the_psycopg_url_with_every_host_and_parameter():
+    """What an operator pastes from a managed or replicated Postgres works as DATABASE_URL: libpq's
+    parameters pass through, and a host list (which SQLAlchemy cannot parse) becomes its form for
+    several hosts, in order."""
+    from sqlalchemy.engine import make_url
+
+    def url(database_url: str) -> str:
+        return Settings(database_url=database_url).sqlalchemy_url
+
+    assert (
+        url("postgres://u:p@db:5432/boxcar?sslmode=require")
+        == "postgresql+psycopg://u:p@db:5432/boxcar?sslmode=require"
+    )
+    assert url("postgresql+psycopg://u@db/boxcar") == "postgresql+psycopg://u@db/boxcar"  # already SQLAlchemy's
+    several = url("postgresql://u:p%40ss@db1:5432,db2:5433/boxcar?target_session_attrs=read-write&sslmode=verify-full")
+    parsed = make_url(several)
+    assert parsed.query["host"] == ("db1:5432", "db2:5433")
+    assert (parsed.username, parsed.password, parsed.database) == ("u", "p@ss", "boxcar")
+    assert parsed.query["target_session_attrs"] == "read-write" and parsed.query["sslmode"] == "verify-full"
+    bare = make_url(url("postgresql://db1,db2"))  # no user, port, database or parameters
+    assert bare.query["host"] == ("db1", "db2") and not bare.database
