@@ -26,7 +26,7 @@ import logging
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 
 from boxcar.hook_executor import cdp
 
@@ -53,8 +53,8 @@ class BasicAuthResponder:
         username, password: the credentials, already percent-decoded.
 
     Raises (``start``):
-        OSError, ValueError (``cdp.CdpError``): the tab's DevTools address or target is
-            unreadable, or the browser refused the session.
+        what ``cdp.attach_tab`` raises: the tab's DevTools address or target is unreadable, the
+            browser cannot be reached or refused the session.
     """
 
     def __init__(self, chrome_dir: Path, page_url: str, username: str, password: str) -> None:
@@ -68,12 +68,9 @@ class BasicAuthResponder:
         self._loop: asyncio.Task | None = None
 
     async def start(self, timeout: float = 10.0) -> None:
-        """Attach to the tab and turn on auth handling; returns once Chromium has confirmed it."""
-        cdp_url = (self.chrome_dir / "cdp_url.txt").read_text().strip()
-        target_id = (self.chrome_dir / "target_id.txt").read_text().strip()
-        self._ws = await asyncio.wait_for(connect(cdp_url, max_size=MAX_MESSAGE, open_timeout=timeout), timeout)
-        attached = await self._call("Target.attachToTarget", {"targetId": target_id, "flatten": True}, timeout)
-        self.session = attached["sessionId"]
+        """Attach to the tab (``cdp.attach_tab``) and turn on auth handling; returns once the
+        command is sent."""
+        self._ws, self.session = await cdp.attach_tab(self.chrome_dir, timeout, max_size=MAX_MESSAGE)
         self._loop = asyncio.create_task(self._serve())
         await self._send("Fetch.enable", {"handleAuthRequests": True, "patterns": [{"urlPattern": "*"}]})
 
@@ -87,11 +84,6 @@ class BasicAuthResponder:
         if self._ws is not None:
             with contextlib.suppress(Exception):
                 await self._ws.close()
-
-    async def _call(self, method: str, params: dict, timeout: float) -> dict:
-        """A browser-level command and its result (before the event loop runs)."""
-        assert self._ws is not None
-        return await cdp.call(self._ws, next(self._ids), method, params, timeout)
 
     async def _send(self, method: str, params: dict) -> None:
         message = {"id": next(self._ids), "method": method, "params": params, "sessionId": self.session}

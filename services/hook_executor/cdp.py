@@ -62,33 +62,49 @@ async def call(
                 return dict(reply["result"])
 
 
+async def attach_tab(chrome_dir: Path, timeout: float, max_size: int | None = None) -> tuple[ClientConnection, str]:
+    """Open a DevTools connection to the browser of the snapshot's tab and attach to that tab.
+
+    ``chrome_dir`` is the snapshot's ``chrome/`` dir, where the chrome plugin's tab hook wrote
+    ``cdp_url.txt`` and ``target_id.txt``. Returns ``(ws, session_id)``: commands for the tab go
+    on ``ws`` with that ``sessionId``; the attach used call id ``0``, so callers number theirs
+    from 1. Closing ``ws`` detaches. ``max_size`` caps one incoming message (bytes; None: no cap).
+
+    Raises:
+        OSError: the tab's files are unreadable or empty, or the browser cannot be reached.
+        TimeoutError: the connection or the attach took longer than ``timeout`` seconds.
+        CdpError: the browser refused the attach (e.g. the tab is gone).
+        websockets.exceptions.InvalidHandshake, InvalidURI, WebSocketException: not a DevTools
+            endpoint, or the connection dropped.
+    """
+    cdp_url = (chrome_dir / "cdp_url.txt").read_text().strip()
+    target_id = (chrome_dir / "target_id.txt").read_text().strip()
+    if not cdp_url or not target_id:
+        raise OSError(f"{chrome_dir}: the tab's cdp_url.txt or target_id.txt is empty")
+    ws = await asyncio.wait_for(connect(cdp_url, open_timeout=timeout, max_size=max_size), timeout)
+    try:
+        attached = await call(ws, 0, "Target.attachToTarget", {"targetId": target_id, "flatten": True}, timeout)
+    except BaseException:
+        await ws.close()
+        raise
+    return ws, str(attached["sessionId"])
+
+
 async def tab_answers(chrome_dir: Path, timeout: float = TAB_ANSWER_S) -> bool | None:
-    """Whether the snapshot's tab (``chrome_dir``: its ``cdp_url.txt`` and ``target_id.txt``, as
-    the chrome plugin's tab hook writes them) evaluates ``1`` within ``timeout`` seconds.
+    """Whether the snapshot's tab (``chrome_dir``, as for ``attach_tab``) evaluates ``1`` within
+    ``timeout`` seconds.
 
     Returns True when it did, False when the browser attached to it but the tab did not answer
     (its renderer is hung), None when it could not be asked (no tab yet, the browser gone or not
     answering either, an error reply): only False is a finding.
     """
     try:
-        cdp_url = (chrome_dir / "cdp_url.txt").read_text().strip()
-        target_id = (chrome_dir / "target_id.txt").read_text().strip()
-    except OSError:
-        return None
-    if not cdp_url or not target_id:
-        return None
-    try:
-        ws = await asyncio.wait_for(connect(cdp_url, open_timeout=timeout, max_size=None), timeout)
-    except (OSError, TimeoutError, InvalidHandshake, InvalidURI):
+        ws, session = await attach_tab(chrome_dir, timeout)
+    except (OSError, TimeoutError, CdpError, InvalidHandshake, InvalidURI, WebSocketException):
         return None
     try:
         try:
-            attached = await call(ws, 1, "Target.attachToTarget", {"targetId": target_id, "flatten": True}, timeout)
-        except (CdpError, TimeoutError, WebSocketException):
-            return None
-        try:
-            evaluate = {"expression": "1", "returnByValue": True}
-            await call(ws, 2, "Runtime.evaluate", evaluate, timeout, attached["sessionId"])
+            await call(ws, 1, "Runtime.evaluate", {"expression": "1", "returnByValue": True}, timeout, session)
         except TimeoutError:
             return False
         except (CdpError, WebSocketException):

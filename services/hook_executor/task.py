@@ -34,13 +34,13 @@ from pathlib import Path
 
 import msgspec
 from nats.js import JetStreamContext
+from websockets.exceptions import WebSocketException
 
 from boxcar.hook_executor import cdp, documents, media, responses, warc
 from boxcar.hook_executor.basic_auth import BasicAuthResponder
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable, launch_args
 from boxcar.hook_executor.cancellations import Cancellations
-from boxcar.hook_executor.cdp import TAB_PLUGIN
 from boxcar.hook_executor.egress import EgressProxy, chrome_proxy_args
 from boxcar.hook_executor.environment import HookEnvironment, substitute
 from boxcar.hook_executor.hooks import HookProcess
@@ -379,13 +379,14 @@ class TaskRun:
             await self._check_tab(hook)
 
     def _needs_tab(self, hook: Hook) -> bool:
-        """A hook of the chrome plugin or of one that requires it: it works on the snapshot's tab."""
-        return hook.plugin == TAB_PLUGIN or TAB_PLUGIN in self.x.catalog[hook.plugin].required_plugins
+        """A hook of the chrome plugin or of one that requires it, directly or through another
+        plugin (``PluginCatalog.with_requirements``): it works on the snapshot's tab."""
+        return cdp.TAB_PLUGIN in self.x.catalog.with_requirements([hook.plugin])
 
     async def _check_tab(self, hook: Hook) -> None:
         """After ``hook`` failed: if the tab no longer answers (``cdp.tab_answers``), the task's
         later tab hooks are recorded failed instead of each waiting out its timeout."""
-        if await cdp.tab_answers(self.snap_dir / TAB_PLUGIN) is False:
+        if await cdp.tab_answers(self.snap_dir / cdp.TAB_PLUGIN) is False:
             self.tab_lost = (
                 f"the page stopped answering after {hook.name} failed (its renderer is hung: "
                 f"no reply to Runtime.evaluate within {cdp.TAB_ANSWER_S:.0f} s)"
@@ -465,10 +466,10 @@ class TaskRun:
     async def _answer_basic_auth(self) -> None:
         """The tab is open: give it the page's credentials over DevTools before it navigates."""
         user, password = self.env.credentials
-        responder = BasicAuthResponder(self.snap_dir / TAB_PLUGIN, self.task.url, user, password)  # the tab's files
+        responder = BasicAuthResponder(self.snap_dir / cdp.TAB_PLUGIN, self.task.url, user, password)  # the tab's files
         try:
             await responder.start()
-        except (OSError, ValueError, TimeoutError) as exc:  # the page is then captured without them
+        except (OSError, ValueError, TimeoutError, WebSocketException) as exc:  # captured without them
             log.warning("%s: could not give the tab its credentials: %s", self.task.snapshot_id, exc)
             return
         self.basic_auth = responder
