@@ -10,12 +10,14 @@
 #   make compose-up     build the images, start the stack, wait for every healthcheck
 #   make compose-down   stop it (the archive stays in its volumes)
 #   make compose-test   build, start, archive, scale, kill, restart, down/up, down -v: one summary line
+#   make compose-test-cluster   the same on the `cluster` profile (three NATS servers), one of them
+#                       SIGKILLed mid-crawl too; not part of make test (about 12 more minutes)
 SHELL := /bin/sh
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check test-archivebox-import typecheck install system-deps up lint bench clean compose-up compose-down compose-test extension extension-lint
+.PHONY: run test check test-archivebox-import typecheck install system-deps up lint bench clean compose-up compose-down compose-test compose-test-cluster extension extension-lint
 
 run: install
 	$(VENV)/bin/boxcar install
@@ -90,6 +92,9 @@ compose-down:
 
 compose-test:
 	$(PYTHON3) scripts/compose_test.py
+
+compose-test-cluster:
+	BOXCAR_COMPOSE_CLUSTER=1 $(PYTHON3) scripts/compose_test.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -28,7 +28,9 @@ the official Python image. When podman builds, the host's CA bundle is mounted i
 
 Environment: BOXCAR_COMPOSE_PROJECT (default boxcar), BOXCAR_API_PUBLISH (host port of the API,
 default 8000; e.g. 127.0.0.1:8000), URL_ALLOW_PRIVATE (true to archive pages on your LAN),
-BOXCAR_ENGINE (docker|podman), BOXCAR_BUILD_CA (CA bundle to mount, '' for none).
+BOXCAR_ENGINE (docker|podman), BOXCAR_BUILD_CA (CA bundle to mount, '' for none),
+COMPOSE_ENV_FILE (an env file of the repository whose variables apply to every command, e.g.
+deploy/cluster.env for the three-server NATS cluster; its COMPOSE_PROFILES become --profile flags).
 """
 
 from __future__ import annotations
@@ -240,6 +242,17 @@ def detect_engine(install: bool = True, need_debootstrap: bool = True) -> Engine
 # --- the stack ----------------------------------------------------------------------------------
 
 
+def env_file_values(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a Compose env file (``#`` comments and blank lines skipped; no
+    quoting or interpolation, which Boxcar's env files do not use)."""
+    values = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key and not key.startswith("#"):
+            values[key.strip()] = value.strip()
+    return values
+
+
 class Stack:
     """One Compose project of Boxcar."""
 
@@ -250,18 +263,28 @@ class Stack:
             local = os.environ.get("BOXCAR_COMPOSE_LOCAL", "1").lower() not in ("0", "false", "no")
         self.local = local
         self.files = ["docker-compose.yml"] + (["deploy/compose.local.yml"] if local else [])
+        # COMPOSE_ENV_FILE (e.g. deploy/cluster.env): its variables as if they were set here
+        self.env_file = os.environ.get("COMPOSE_ENV_FILE", "")
+        self.file_env = env_file_values(REPO / self.env_file) if self.env_file else {}
 
     # compose
     def env(self) -> dict:
         env = dict(os.environ)
+        env.update(self.file_env)
         if self.local:
             env.setdefault("BOXCAR_BASE_IMAGE", BASE_IMAGE)
         return env
 
+    def profiles(self) -> list[str]:
+        """COMPOSE_PROFILES (environment or env file), passed as `--profile` flags too: older
+        podman-compose reads only the flags."""
+        return [p.strip() for p in self.env().get("COMPOSE_PROFILES", "").split(",") if p.strip()]
+
     def compose(self, *args: str, check: bool = True, log: bool = True, timeout: float | None = 900):
         files = [arg for f in self.files for arg in ("-f", f)]
+        profiles = [arg for p in self.profiles() for arg in ("--profile", p)]
         return run(
-            [*self.engine.compose_cmd, "-p", self.project, *files, *args],
+            [*self.engine.compose_cmd, "-p", self.project, *files, *profiles, *args],
             check=check,
             log=log,
             capture=not log,
@@ -397,7 +420,7 @@ class Stack:
         # would leave replicas added by --scale running with their old configuration)
         self.remove(self.scaled_replicas())
         services = self.services()
-        infra = [s for s in ("nats", "postgres") if s in services]
+        infra = [s for s in services if s == "postgres" or s == "nats" or s.startswith("nats-")]
         self.compose("up", "-d", "--no-deps", *infra)
         self.wait_healthy(infra, timeout=120)
         say(f"{' and '.join(infra)} healthy after {time.monotonic() - started:.0f}s")

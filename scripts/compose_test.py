@@ -16,6 +16,12 @@
 6. `down`, then `up`: every snapshot and every archived file is still there (named volumes).
 7. `down -v`: no container or volume of the project is left.
 
+With BOXCAR_COMPOSE_CLUSTER=1 (`make compose-test-cluster`) the stack runs the `cluster` profile
+(deploy/cluster.env: three NATS servers, three replicas of each stream), step 2 checks the
+replicas, and in step 4 the NATS server `nats-2` gets SIGKILL too, right after the browser
+executor, and must come back by its restart policy while the crawl goes on; step 5 also checks
+that no hook has two results in a snapshot.
+
 Ends with one summary line. Stdlib only; run as root where podman must be installed.
 Environment: BOXCAR_SHARED_DIR (default ../shared), BOXCAR_COMPOSE_KEEP=1 (leave the stack up
 when a step fails), BOXCAR_COMPOSE_PAGES (default 20).
@@ -47,6 +53,8 @@ PAGES = int(os.environ.get("BOXCAR_COMPOSE_PAGES", "20"))
 MORE = 6  # the second crawl, submitted once the scaled replicas are healthy
 SCALED = "hook-executor-fetch"
 KILLED = "hook-executor-browser"
+CLUSTER = os.environ.get("BOXCAR_COMPOSE_CLUSTER", "") not in ("", "0", "false", "no")
+NATS_KILLED = "nats-2"  # of the cluster profile's three servers
 BROWSER_PLUGINS = ("screenshot", "dom", "pdf")
 T0 = time.monotonic()
 
@@ -168,8 +176,10 @@ def check_snapshots(snapshots: list[dict]) -> None:
     for snap in snapshots:
         ok = {r["plugin"] for r in snap["results"] if r["status"] == "succeeded"}
         missing = [p for p in ("wget", *BROWSER_PLUGINS) if p not in ok]
-        if snap["status"] != "sealed" or missing:
-            bad.append(f"{snap['url']}: {snap['status']}, missing {missing}")
+        hooks = [r["hook_name"] for r in snap["results"]]
+        twice = sorted({h for h in hooks if hooks.count(h) > 1})
+        if snap["status"] != "sealed" or missing or twice:
+            bad.append(f"{snap['url']}: {snap['status']}, missing {missing}, two results of {twice}")
     if bad:
         raise Failed(f"{len(bad)} snapshots incomplete:\n  " + "\n  ".join(bad))
 
@@ -205,6 +215,36 @@ def view_through_archive_origin(stack: Stack, api: Api, snapshot: dict) -> str:
     return f"logged in; the archive origin {origin} served {snapshot['url']}'s screenshot ({len(body)} bytes)"
 
 
+def stream_replicas(stack: Stack) -> dict[str, int]:
+    """``{stream: replicas}`` from the NATS server's monitoring endpoint (``/jsz``)."""
+    out = stack.exec("nats", "wget", "-qO-", "http://localhost:8222/jsz?streams=true&config=true").stdout
+    accounts = json.loads(out).get("account_details") or []
+    return {
+        d["name"]: d.get("config", {}).get("num_replicas", 1)
+        for account in accounts
+        for d in account.get("stream_detail") or []
+    }
+
+
+def sigkill_and_wait(stack: Stack, service: str) -> float:
+    """SIGKILL a service's main process from the host (as a crash would) and wait until its
+    restart policy has brought it back; returns the seconds that took."""
+    victim = stack.container(service)
+    restarts, pid = victim.get("RestartCount", 0), victim["State"]["Pid"]
+    step(
+        f"SIGKILL to {victim['Name'].lstrip('/')} (pid {pid} on the host, restart: "
+        f"{victim['HostConfig'].get('RestartPolicy', {}).get('Name')})"
+    )
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    while time.monotonic() - killed_at < 90:
+        c = next((x for x in stack.containers(service) if x["Id"] == victim["Id"]), None)
+        if c and c["State"].get("Running") and c["State"].get("Pid") != pid and c.get("RestartCount", 0) > restarts:
+            return time.monotonic() - killed_at
+        time.sleep(0.5)
+    raise Failed(f"{service} did not come back by its restart policy within 90s")
+
+
 def hostname(container: dict) -> str:
     return container["Config"].get("Hostname") or container["Id"][:12]
 
@@ -230,6 +270,12 @@ def test(stack: Stack, summary: dict) -> None:
         raise Failed(f"families without a live executor: {dead}")
     alive = ", ".join(f for f, s in status["families"].items() if s.get("alive"))
     step(f"token made in the ingest container; executors alive: {alive}")
+    if CLUSTER:
+        replicas = stream_replicas(stack)
+        if not replicas or any(n != 3 for n in replicas.values()):
+            raise Failed(f"cluster profile: streams and their replicas {replicas}, expected 3 each")
+        summary["cluster"] = f"3 NATS servers, {len(replicas)} streams with 3 replicas"
+        step(summary["cluster"])
 
     address = gateway(stack)
     server, port = serve_corpus(address)
@@ -280,27 +326,19 @@ def test(stack: Stack, summary: dict) -> None:
             )
         )
 
-        # mid-crawl: SIGKILL the browser executor; its restart policy must bring it back
-        victim = stack.container(KILLED)
-        restarts, pid = victim.get("RestartCount", 0), victim["State"]["Pid"]
-        step(
-            f"SIGKILL to {victim['Name'].lstrip('/')} (pid {pid} on the host, restart: "
-            f"{victim['HostConfig'].get('RestartPolicy', {}).get('Name')})"
-        )
-        os.kill(pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        came_back = None
-        while time.monotonic() - killed_at < 90:
-            c = stack.containers(KILLED)
-            c = next((x for x in c if x["Id"] == victim["Id"]), None)
-            if c and c["State"].get("Running") and c["State"].get("Pid") != pid and c.get("RestartCount", 0) > restarts:
-                came_back = time.monotonic() - killed_at
-                break
-            time.sleep(0.5)
-        if came_back is None:
-            raise Failed(f"{KILLED} did not come back by its restart policy within 90s")
-        stack.wait_healthy([KILLED], timeout=120)
+        # mid-crawl: SIGKILL the browser executor (and a NATS server of the cluster); their
+        # restart policy must bring them back
+        came_back = sigkill_and_wait(stack, KILLED)
         summary["restart"] = f"{KILLED} SIGKILLed, back by restart policy in {came_back:.0f}s"
+        if CLUSTER:
+            crawl_now = api("GET", f"/api/v1/crawls/{crawl_id}")["snapshots"]
+            nats_back = sigkill_and_wait(stack, NATS_KILLED)
+            summary["restart"] += (
+                f"; {NATS_KILLED} SIGKILLed with {crawl_now.get('sealed', 0)}/{crawl_now.get('total', 0)} sealed, "
+                f"back in {nats_back:.0f}s"
+            )
+            stack.wait_healthy([NATS_KILLED], timeout=120)
+        stack.wait_healthy([KILLED], timeout=120)
         step(summary["restart"])
 
         crawl = wait_crawl(api, crawl_id, 900)
@@ -364,6 +402,8 @@ def test(stack: Stack, summary: dict) -> None:
 
 def main() -> int:
     os.environ["BOXCAR_COMPOSE_PROJECT"] = PROJECT
+    if CLUSTER:
+        os.environ["COMPOSE_ENV_FILE"] = "deploy/cluster.env"
     os.environ["BOXCAR_API_PUBLISH"] = f"127.0.0.1:{free_port()}"
     archive_port = free_port()
     os.environ["BOXCAR_ARCHIVE_PUBLISH"] = f"127.0.0.1:{archive_port}"
@@ -394,7 +434,9 @@ def main() -> int:
         return 1
     total = time.monotonic() - T0
     print(
-        f"compose-test passed in {total:.0f}s (images {summary['build']:.0f}s): sealed {summary['sealed']} "
+        f"compose-test passed in {total:.0f}s (images {summary['build']:.0f}s): "
+        + (f"{summary['cluster']}; " if CLUSTER else "")
+        + f"sealed {summary['sealed']} "
         f"with wget+browser results; scaled {SCALED}=3, new replicas that took tasks {summary['replicas']}; "
         f"restart: {summary['restart']}, crawl sealed; {summary['archive origin']}; "
         f"data kept across down/up: {summary['kept']}; "

@@ -31,7 +31,9 @@ have this single home — no service builds a subject of its own.)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
@@ -177,14 +179,16 @@ STREAMS: tuple[StreamConfig, ...] = (
 )
 
 
-async def connect(url: str, name: str) -> NATS:
-    """Connect to NATS, reconnecting forever; raises if the first connection fails after retries."""
+async def connect(servers: list[str], name: str) -> NATS:
+    """Connect to NATS (``servers``: one server's URL, or every server of a cluster, as
+    ``Settings.nats_servers`` gives them), reconnecting forever, to whichever server of the list
+    answers; raises if the first connection fails after retries."""
 
     async def _error(exc: Exception) -> None:
         log.warning("nats error (%s): %s", name, exc)
 
     return await nats.connect(
-        url,
+        servers,
         name=name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
@@ -194,9 +198,45 @@ async def connect(url: str, name: str) -> NATS:
     )
 
 
-async def ensure_streams(js: JetStreamContext) -> None:
-    """Create or update Boxcar's streams so they match ``STREAMS`` (safe to run concurrently)."""
-    for config in STREAMS:
+#: Seconds a service's start-up calls to JetStream (streams, buckets, consumers) keep retrying
+#: while it cannot answer: a cluster electing new leaders after losing a server takes a few
+#: seconds, a restarting server longer.
+SETUP_RETRY_S = 120.0
+
+_UNAVAILABLE = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
+
+
+async def until_available[T](what: str, call: Callable[[], Awaitable[T]], within: float = SETUP_RETRY_S) -> T:
+    """``await call()``, again (backing off from 0.5 to 5 s) while JetStream cannot answer it —
+    a request timing out, no responders, "JetStream system temporarily unavailable" — for up to
+    ``within`` seconds; ``call`` must be safe to repeat. Without it a service started while a
+    cluster re-elected its leaders exited at once (found by the cluster fault test).
+
+    Raises:
+        what ``call`` raises; the unavailable errors only once ``within`` has passed.
+    """
+    deadline = time.monotonic() + within
+    delay = 0.5
+    while True:
+        try:
+            return await call()
+        except _UNAVAILABLE as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s: JetStream is not answering (%s); retrying in %.1f s", what, _short(exc), delay)
+            await asyncio.sleep(delay)  # back-off before the next attempt, not synchronisation
+            delay = min(delay * 2, 5.0)
+
+
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
+    """Create or update Boxcar's streams so they match ``STREAMS``, each with ``replicas`` copies
+    (``NATS_REPLICAS``; a stream created with fewer is raised to it, as JetStream allows); safe to
+    run concurrently; retried while JetStream is unavailable (``until_available``)."""
+    await until_available("streams", lambda: _ensure_streams(js, replicas))
+
+
+async def _ensure_streams(js: JetStreamContext, replicas: int) -> None:
+    for config in (dataclasses.replace(c, num_replicas=replicas) for c in STREAMS):
         assert config.name is not None  # every stream of STREAMS is named
         try:
             info = await js.stream_info(config.name)
@@ -211,30 +251,41 @@ async def ensure_streams(js: JetStreamContext) -> None:
             sorted(have.subjects or []) != sorted(config.subjects or [])
             or have.max_age != config.max_age
             or (have.max_bytes or -1) != (config.max_bytes or -1)
+            or (have.num_replicas or 1) != replicas
         ):
             await js.update_stream(config)
 
 
-async def cancelled_bucket(js: JetStreamContext) -> KeyValue:
-    """The ``CANCELLED`` key-value bucket (crawl id → ISO time), created if missing."""
-    try:
-        return await js.key_value(CANCELLED_BUCKET)
-    except nats.js.errors.BucketNotFoundError:
-        from nats.js.api import KeyValueConfig
+async def cancelled_bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
+    """The ``CANCELLED`` key-value bucket (crawl id → ISO time), created with ``replicas`` copies
+    if missing; retried while JetStream is unavailable."""
+    from nats.js.api import KeyValueConfig
 
-        return await js.create_key_value(
-            KeyValueConfig(bucket=CANCELLED_BUCKET, ttl=30 * DAY, storage=StorageType.FILE, history=1)
-        )
+    async def get() -> KeyValue:
+        try:
+            return await js.key_value(CANCELLED_BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            config = KeyValueConfig(
+                bucket=CANCELLED_BUCKET, ttl=30 * DAY, storage=StorageType.FILE, history=1, replicas=replicas
+            )
+            return await js.create_key_value(config)
+
+    return await until_available(CANCELLED_BUCKET, get)
 
 
-async def discovered_store(js: JetStreamContext) -> ObjectStore:
-    """The ``DISCOVERED`` object store (a task's discovered URLs as JSON lines), created if missing."""
-    try:
-        return await js.object_store(DISCOVERED_BUCKET)
-    except nats.js.errors.BucketNotFoundError:
-        from nats.js.api import ObjectStoreConfig
+async def discovered_store(js: JetStreamContext, replicas: int = 1) -> ObjectStore:
+    """The ``DISCOVERED`` object store (a task's discovered URLs as JSON lines), created with
+    ``replicas`` copies if missing; retried while JetStream is unavailable."""
+    from nats.js.api import ObjectStoreConfig
 
-        return await js.create_object_store(DISCOVERED_BUCKET, ObjectStoreConfig(ttl=7 * DAY, storage=StorageType.FILE))
+    async def get() -> ObjectStore:
+        try:
+            return await js.object_store(DISCOVERED_BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            config = ObjectStoreConfig(ttl=7 * DAY, storage=StorageType.FILE, replicas=replicas)
+            return await js.create_object_store(DISCOVERED_BUCKET, config)
+
+    return await until_available(DISCOVERED_BUCKET, get)
 
 
 async def ensure_consumer(
@@ -247,7 +298,8 @@ async def ensure_consumer(
     max_deliver: int = -1,
     max_ack_pending: int = 1000,
 ) -> None:
-    """Create the durable pull consumer, or update its limits when it exists (idempotent)."""
+    """Create the durable pull consumer, or update its limits when it exists (idempotent);
+    retried while JetStream is unavailable. Its replicas are the stream's (JetStream's default)."""
     config = ConsumerConfig(
         durable_name=durable,
         name=durable,
@@ -260,7 +312,7 @@ async def ensure_consumer(
     )
     try:
         # On an existing consumer the server applies the updatable fields (ack_wait, max_deliver…).
-        await js.add_consumer(stream, config)
+        await until_available(f"consumer {stream}/{durable}", lambda: js.add_consumer(stream, config))
     except nats.js.errors.BadRequestError as exc:
         # e.g. a server that refuses the change: keep running on the existing consumer.
         log.warning("consumer %s/%s kept with its existing config: %s", stream, durable, exc)
@@ -282,8 +334,10 @@ async def family_has_executor(js: JetStreamContext, family: str) -> bool:
 
 
 async def pull(js: JetStreamContext, stream: str, durable: str) -> JetStreamContext.PullSubscription:
-    """Bind to an existing durable pull consumer."""
-    return await js.pull_subscribe_bind(durable=durable, stream=stream)
+    """Bind to an existing durable pull consumer (retried while JetStream is unavailable)."""
+    return await until_available(
+        f"consumer {stream}/{durable}", lambda: js.pull_subscribe_bind(durable=durable, stream=stream)
+    )
 
 
 def trace_headers(msg_id: str | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -105,7 +105,14 @@ class Settings(BaseSettings):
         default=10, ge=0, description="Postgres connections each process may open beyond DB_POOL_SIZE at a peak"
     )
     nats_url: str = Field(
-        default="nats://127.0.0.1:4222", description="NATS server with JetStream (the CLI starts one)"
+        default="nats://127.0.0.1:4222",
+        description="NATS server with JetStream (the CLI starts one); a cluster's servers comma-separated",
+    )
+    nats_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Replicas of each JetStream stream and bucket Boxcar creates (3 on a three-server cluster)",
     )
     archive_user: str = Field(default="system", description="User name in the archive/users/<user>/ paths")
     abxpkg_lib_dir: Path | None = Field(
@@ -408,6 +415,12 @@ class Settings(BaseSettings):
     def lib_dir(self) -> Path:
         """``ABXPKG_LIB_DIR``: where the binary-resolver installs and projects binaries."""
         return (self.abxpkg_lib_dir or self.data_dir / "lib").expanduser().resolve()
+
+    @property
+    def nats_servers(self) -> list[str]:
+        """``NATS_URL`` as the list of servers a client may connect to (``nats://a:4222,nats://b:4222``
+        → two), blanks dropped; nats-py takes a list, not a comma-separated string."""
+        return [server.strip() for server in self.nats_url.split(",") if server.strip()]
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -163,9 +163,9 @@ class BinaryResolver:
         self._stop.set()
 
     async def run(self) -> None:
-        nc = await bus.connect(self.settings.nats_url, "binary-resolver")
+        nc = await bus.connect(self.settings.nats_servers, "binary-resolver")
         self.js = nc.jetstream()
-        await bus.ensure_streams(self.js)
+        await bus.ensure_streams(self.js, self.settings.nats_replicas)
         self.settings.lib_dir.mkdir(parents=True, exist_ok=True)
         await nc.subscribe(bus.SUBJECT_BINARY_RESOLVE, queue="binary-resolver", cb=self._on_request)
         log.info(

@@ -93,9 +93,9 @@ class CrawlRunner:
 
     async def run(self) -> None:
         """Connect, make sure streams, consumers and buckets exist, and work until ``stop()``."""
-        nc = await bus.connect(self.settings.nats_url, f"crawl-runner {self.runner_id}")
+        nc = await bus.connect(self.settings.nats_servers, f"crawl-runner {self.runner_id}")
         self.js = js = nc.jetstream()
-        await bus.ensure_streams(js)
+        await bus.ensure_streams(js, self.settings.nats_replicas)
         md = self.settings.runner_max_deliver
         await bus.ensure_consumer(
             js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER, bus.SUBJECT_TASK_EVENTS, ack_wait=15, max_deliver=md
@@ -106,8 +106,8 @@ class CrawlRunner:
         await bus.ensure_consumer(
             js, bus.CONTROL_STREAM, bus.RUNNER_CONTROL_CONSUMER, bus.SUBJECT_ALL_CONTROL, ack_wait=15, max_deliver=md
         )
-        self.cancelled = await bus.cancelled_bucket(js)
-        self.discovered = await bus.discovered_store(js)
+        self.cancelled = await bus.cancelled_bucket(js, self.settings.nats_replicas)
+        self.discovered = await bus.discovered_store(js, self.settings.nats_replicas)
         await nc.subscribe(bus.SUBJECT_CRAWL_QUEUED, cb=self._on_wakeup)
         await nc.subscribe(bus.SUBJECT_FEED_DUE, cb=self.feeds.on_wakeup)
         task_events = await bus.pull(js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER)

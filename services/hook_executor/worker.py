@@ -70,9 +70,9 @@ class HookExecutor:
         self._stop.set()
 
     async def run(self, shutdown_grace: float = 20.0) -> None:
-        nc = await bus.connect(self.settings.nats_url, f"hook-executor {self.family}")
+        nc = await bus.connect(self.settings.nats_servers, f"hook-executor {self.family}")
         js = nc.jetstream()
-        await bus.ensure_streams(js)
+        await bus.ensure_streams(js, self.settings.nats_replicas)
         durable = bus.family_consumer(self.family)
         await bus.ensure_consumer(
             js,
@@ -89,7 +89,7 @@ class HookExecutor:
         for reply in handed_back:  # tasks a dead worker held: redeliver now, not at the ack deadline
             await nc.publish(reply, b"-NAK")
         self.registration = reaper.Registration(registry, self.worker_id)
-        self.cancellations = Cancellations(nc, await bus.cancelled_bucket(js))
+        self.cancellations = Cancellations(nc, await bus.cancelled_bucket(js, self.settings.nats_replicas))
         await self.cancellations.start()
         binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
         if self.shared is not None:  # executors of several families in one process share these
@@ -113,7 +113,7 @@ class HookExecutor:
             binaries,
             self.worker_id,
             self.cancellations,
-            await bus.discovered_store(js),
+            await bus.discovered_store(js, self.settings.nats_replicas),
             self.egress,
             self.warm,
         )

@@ -155,7 +155,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
 
     async def connect_nats(app: Litestar) -> None:
         # In the background: the API serves (and runners poll the database) while NATS is away.
-        app.state.nats = signals.nats = await bus.connect(settings.nats_url, "ingest")
+        app.state.nats = signals.nats = await bus.connect(settings.nats_servers, "ingest")
         log.info("connected to NATS at %s", settings.nats_url)
 
     @asynccontextmanager

@@ -1,7 +1,8 @@
 """What the fault suite measures and checks, around real processes.
 
 - ``NatsServer``: a JetStream server on a fixed port and store that a test can stop and start
-  again (an outage), unlike the conftest's throw-away one.
+  again (an outage), unlike the conftest's throw-away one; ``NatsCluster``: three of them in one
+  JetStream cluster, any one of which a test can kill and start again.
 - ``MemorySampler``: the stack's peak memory (RSS of every service process and its children:
   hooks, Chromium), sampled in a thread while a scenario runs.
 - ``outcome``: the invariants every scenario must end with (each URL sealed once, one result per
@@ -61,6 +62,50 @@ class NatsServer:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
+
+
+class NatsCluster:
+    """Three ``nats-server -js`` in one cluster (JetStream clustering: a server name each, routes
+    to the others), each on its own client port and store, each killable and restartable.
+
+    ``url`` is what ``NATS_URL`` takes for the cluster (every server, comma-separated)."""
+
+    def __init__(self, root: Path, size: int = 3) -> None:
+        self.root = root
+        self.names = [f"n{i + 1}" for i in range(size)]
+        self.ports = {name: free_port() for name in self.names}
+        self.routes = {name: free_port() for name in self.names}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    @property
+    def url(self) -> str:
+        return ",".join(f"nats://127.0.0.1:{self.ports[name]}" for name in self.names)
+
+    def start(self, name: str | None = None) -> None:
+        """Start every server (or one, after ``kill``) and wait until its client port answers."""
+        for each in [name] if name else self.names:
+            config = self.root / f"{each}.conf"
+            routes = ", ".join(f"nats-route://127.0.0.1:{self.routes[n]}" for n in self.names if n != each)
+            self.root.mkdir(parents=True, exist_ok=True)
+            config.write_text(
+                f"server_name: {each}\nlisten: 127.0.0.1:{self.ports[each]}\n"
+                f'jetstream {{ store_dir: "{self.root / each}" }}\n'
+                f"cluster {{ name: boxcar, listen: 127.0.0.1:{self.routes[each]}, routes: [{routes}] }}\n"
+            )
+            log = open(self.root / f"{each}.log", "ab")  # noqa: SIM115 - the server's for its life
+            self.procs[each] = subprocess.Popen([nats_server_binary(), "-c", str(config)], stdout=log, stderr=log)
+            wait_for_port(self.ports[each], 20, self.procs[each])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one server (no clean shutdown: its peers find out by missed heartbeats)."""
+        self.procs[name].kill()
+        self.procs[name].wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
 
 
 class MemorySampler:

@@ -53,6 +53,26 @@ def test_this_host_in_every_spelling_is_refused_on_every_port_the_stack_opens(li
     other.close()
 
 
+def test_every_server_of_a_nats_cluster_and_of_a_postgres_host_list_is_the_stacks_own(tmp_path):
+    from boxcar.shared.settings import Settings
+
+    settings = Settings(
+        data_dir=tmp_path,
+        nats_url="nats://10.0.0.1:4222, nats://10.0.0.2:4223,nats://nats-3:4224",
+        database_url="postgresql://boxcar:pw@10.0.1.1:5432,10.0.1.2:5433/boxcar?target_session_attrs=read-write",
+    )
+    policy = EgressPolicy.from_settings(settings, environ={})
+    expected = [("10.0.0.1", 4222), ("10.0.0.2", 4223), ("10.0.0.2", 8222), ("10.0.1.1", 5432), ("10.0.1.2", 5433)]
+    for host, port in expected:
+        assert (host, port) in policy.services, (host, port)
+    assert ("nats-3", 4224) in policy.services
+    lan = EgressPolicy(allow_private=True, services=policy.services)
+    for host in ("10.0.0.2", "10.0.1.2"):  # a service's other host is refused whole
+        with pytest.raises(Refused, match="Boxcar's own services"):
+            lan.check(host, 80)
+    assert lan.check("10.0.1.3", 80) == "10.0.1.3"  # its neighbour is a LAN page
+
+
 def test_this_host_is_private_without_url_allow_private():
     policy = EgressPolicy(allow_private=False)
     for host in THIS_HOST_SPELLINGS:

@@ -1,0 +1,98 @@
+"""A crawl on a three-server NATS cluster (issue 32): the services are given every server
+(``NATS_URL`` comma-separated) and create their streams and buckets with three replicas
+(``NATS_REPLICAS=3``); mid-crawl the server that leads the ``TASKS`` stream is SIGKILLed together
+with a hook executor, the crawl goes on on the other two, and the server comes back later. Every
+URL is sealed once with one result per hook, as in the other fault scenarios (``FAULT …`` line)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+from nats.js.errors import ServiceUnavailableError
+
+from boxcar.shared import bus
+from boxcar.shared.clock import utcnow
+from boxcar.shared.db import Database
+from tests.faults.harness import (
+    PLUGINS,
+    MemorySampler,
+    NatsCluster,
+    assert_clean,
+    outcome,
+    stack_pids,
+    wait_progress,
+)
+from tests.faults.test_crashes import ENV, FAMILIES, PAGES, kill
+from tests.helpers import submit, wait_sealed
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = NatsCluster(tmp_path / "nats-cluster")
+    made.start()
+    asyncio.run(_jetstream_ready(made.url.split(",")))
+    yield made
+    made.stop()
+
+
+async def _jetstream_ready(servers: list[str], timeout: float = 30.0) -> None:
+    """Wait until the cluster has elected its JetStream meta leader (account info answers)."""
+    nc = await nats.connect(servers)
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                try:
+                    await nc.jetstream().account_info()
+                    return
+                except (ServiceUnavailableError, nats.errors.TimeoutError):
+                    await asyncio.sleep(0.2)  # polling the election; nothing to subscribe to
+    finally:
+        await nc.close()
+
+
+async def _streams(servers: list[str]) -> dict[str, tuple[int, str]]:
+    """``{stream: (replicas, leader server name)}`` of Boxcar's streams."""
+    nc = await nats.connect(servers)
+    try:
+        js = nc.jetstream()
+        found = {}
+        for config in bus.STREAMS:
+            info = await js.stream_info(config.name)
+            found[config.name] = (info.config.num_replicas, info.cluster.leader if info.cluster else "")
+        return found
+    finally:
+        await nc.close()
+
+
+def test_a_nats_server_of_the_cluster_and_an_executor_killed_mid_crawl(pg_url, cluster, make_stack, site_urls):
+    stack = make_stack(pg_url, cluster.url, families=FAMILIES, env={**ENV, "NATS_REPLICAS": "3"})
+    db, urls = Database(pg_url), site_urls(PAGES)
+    streams = asyncio.run(_streams(cluster.url.split(",")))
+    assert {name: replicas for name, (replicas, _) in streams.items()} == {c.name: 3 for c in bus.STREAMS}
+    leader = streams[bus.TASKS_STREAM][1]
+    assert leader in cluster.names, streams
+    with MemorySampler(lambda: stack_pids(stack)) as memory:
+        crawl_id = submit(stack, urls=urls, plugins=PLUGINS)
+        wait_progress(db, crawl_id, 3)
+        cluster.kill(leader)
+        kill(next(c for c in stack.children if c.name == "hook-executor-fetch"))
+        killed_at = utcnow()
+        assert "hook-executor-fetch" in stack.supervise_once()
+        wait_progress(db, crawl_id, 8)  # the crawl goes on with two of three servers
+        cluster.start(leader)
+        wait_sealed(stack, crawl_id, timeout=600)
+    after = asyncio.run(_streams(cluster.url.split(",")))
+    print(f"TASKS leader {leader} killed; after: {after[bus.TASKS_STREAM]}")
+    assert_clean(
+        outcome(
+            db,
+            crawl_id,
+            urls,
+            f"NATS cluster: leader {leader} + fetch executor SIGKILLed",
+            restarted_at=killed_at,
+            peak=memory.peak,
+            data_dir=stack.data_dir,
+        )
+    )
