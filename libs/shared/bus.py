@@ -72,7 +72,6 @@ MAX_DELIVERIES_ADVISORY = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{TASKS_ST
 
 SUBJECT_CRAWL_QUEUED = "crawl.queued"
 SUBJECT_FEED_DUE = "feeds.due"
-SUBJECT_BINARY_RESOLVE = "binaries.resolve"
 SUBJECT_ARCHIVERESULT = "events.archiveresult"
 SUBJECT_PROCESS_COMPLETED = "events.process.completed"
 SUBJECT_BINARY_RESOLVED = "events.binary.resolved"
@@ -98,6 +97,14 @@ PROJECTOR_CONSUMER = "projector"
 WEBHOOK_SNAPSHOT_CONSUMER = "webhooks-snapshot"
 WEBHOOK_CRAWL_CONSUMER = "webhooks-crawl"
 WEBHOOK_FEED_CONSUMER = "webhooks-feed"
+
+
+def binary_resolve_subject(site: str) -> str:
+    """``binaries.resolve`` (the default site) or ``binaries.resolve.<site>``: where the executors
+    of one ``BINARIES_SITE`` ask for binaries and its binary-resolvers answer. A binary's path is
+    only good on the machines that share its ``ABXPKG_LIB_DIR``, so a resolver on another host must
+    not answer them (it would name a path that does not exist here)."""
+    return f"binaries.resolve.{site}" if site else "binaries.resolve"
 
 
 def task_subject(family: str) -> str:

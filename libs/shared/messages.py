@@ -21,7 +21,8 @@ subject                          publisher         message
 ``events.crawl.<status>``        crawl-runner      ``CrawlEvent``
 ``events.snapshot.<status>``     crawl-runner      ``SnapshotEvent``
 ``events.feed.new_items``        crawl-runner      ``FeedNewItems`` (a feed poll made a crawl)
-``binaries.resolve`` (req/rep)   hook-executor     ``BinaryRequest`` → ``BinaryReply``
+``binaries.resolve[.<site>]``    hook-executor     ``BinaryRequest`` → ``BinaryReply`` (req/rep,
+                                                   ``bus.binary_resolve_subject``)
 ``crawl.queued`` (core, wake-up) ingest            ``CrawlQueued``
 ``control.crawl.<id>``           ingest            ``CrawlControl``
 ``control.schedule.<id>``        ingest            ``ScheduleControl``

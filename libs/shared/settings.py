@@ -257,6 +257,12 @@ class Settings(BaseSettings):
         description="abxpkg providers allowed to install missing binaries (apt/brew change the host), comma-separated",
     )
     binary_resolve_timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for one binary to resolve")
+    binaries_site: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9_-]*$",
+        description="Name of the machines sharing one ABXPKG_LIB_DIR: executors ask only a binary-resolver of "
+        "their site (another host: its own name and binary-resolver; default one site)",
+    )
 
     # --- the embedded stack (`boxcar up`, `boxcar add` without a running stack)
     embedded_shape: Literal["one", "processes"] = Field(

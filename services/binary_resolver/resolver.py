@@ -151,7 +151,8 @@ def install_in_child(record: dict, config: dict, environ: dict[str, str], timeou
 
 
 class BinaryResolver:
-    """One resolver replica (queue group ``binary-resolver``: replicas share the requests)."""
+    """One resolver replica (queue group ``binary-resolver``: the replicas of one ``BINARIES_SITE``
+    share its requests, ``bus.binary_resolve_subject``)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -167,9 +168,11 @@ class BinaryResolver:
         self.js = nc.jetstream()
         await bus.ensure_streams(self.js, self.settings.nats_replicas)
         self.settings.lib_dir.mkdir(parents=True, exist_ok=True)
-        await nc.subscribe(bus.SUBJECT_BINARY_RESOLVE, queue="binary-resolver", cb=self._on_request)
+        subject = bus.binary_resolve_subject(self.settings.binaries_site)
+        await nc.subscribe(subject, queue="binary-resolver", cb=self._on_request)
         log.info(
-            "binary-resolver ready (lib %s, installs via %s)",
+            "binary-resolver ready on %s (lib %s, installs via %s)",
+            subject,
             self.settings.lib_dir,
             ",".join(self.settings.binary_install_providers),
         )

@@ -69,12 +69,14 @@ class BinaryClient:
         nc: a connected NATS client.
         machine: this machine's name (binaries are per machine).
         timeout: seconds to wait for one answer (an install may take minutes).
+        site: ``BINARIES_SITE``: only that site's binary-resolvers are asked.
     """
 
-    def __init__(self, nc: NATS, machine: str, timeout: float) -> None:
+    def __init__(self, nc: NATS, machine: str, timeout: float, site: str = "") -> None:
         self.nc = nc
         self.machine = machine
         self.timeout = timeout
+        self.subject = bus.binary_resolve_subject(site)
         self._cache: dict[str, tuple[float, BinaryRecord | str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -150,7 +152,7 @@ class BinaryClient:
                 raise ResolverUnreachable(f"no binary-resolver answered within {self.timeout:.0f}s")
             try:
                 return await self.nc.request(
-                    bus.SUBJECT_BINARY_RESOLVE, encode(request), timeout=remaining, headers=bus.trace_headers()
+                    self.subject, encode(request), timeout=remaining, headers=bus.trace_headers()
                 )
             except NoRespondersError:
                 log.info("no binary-resolver yet for %s; retrying in %.1fs", request.name, delay)

@@ -91,7 +91,9 @@ class HookExecutor:
         self.registration = reaper.Registration(registry, self.worker_id)
         self.cancellations = Cancellations(nc, await bus.cancelled_bucket(js, self.settings.nats_replicas))
         await self.cancellations.start()
-        binaries = BinaryClient(nc, self.settings.machine_name, self.settings.binary_resolve_timeout)
+        binaries = BinaryClient(
+            nc, self.settings.machine_name, self.settings.binary_resolve_timeout, self.settings.binaries_site
+        )
         if self.shared is not None:  # executors of several families in one process share these
             self.egress, self.warm = self.shared.egress, self.shared.warm
         else:
