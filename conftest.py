@@ -255,7 +255,9 @@ NATS_FIXTURES = frozenset({"nats_url", "make_stack"})
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "needs_nats: starts a NATS server or a stack (not in `make check`)")
+    config.addinivalue_line(
+        "markers", "needs_nats: starts a NATS server, a stack or another server, e.g. S3 (not in `make check`)"
+    )
     config.addinivalue_line(
         "markers", "archivebox_09: builds an ArchiveBox 0.9 collection (Python 3.13; `make test-archivebox-import`)"
     )

@@ -1,0 +1,255 @@
+"""Where the archive's files live: the local ``DATA_DIR`` (the default) or an S3-compatible bucket,
+behind one interface (issue 32).
+
+Keys are paths relative to ``DATA_DIR`` in ArchiveBox's layout (``boxcar.shared.storage``), with
+``/`` separators — ``archive/users/<user>/snapshots/<YYYYMMDD>/<host>/<id>/wget/index.html`` — so
+a bucket's tree (under an optional prefix) is the data dir's tree, and a data dir copied into a
+bucket, or a bucket synced down, is an archive as it is.
+
+The two stores are obstore's (``obstore.store.LocalStore`` and ``S3Store``: one Rust
+implementation, ``object_store``, behind both); ``ArchiveStore`` adds what Boxcar needs on top:
+key checks (a key from a hostile page never leaves the archive), whole trees up and down (a task's
+snapshot dir handed to the store when the task ends, and fetched by the next task of the snapshot
+on another machine), and one error for "the store cannot be reached now" (``StoreUnavailable``:
+the task is retried later) apart from "no such file" (``FileNotFoundError``).
+
+Atomicity: one object is written whole or not at all (obstore's ``put``: a staged file renamed
+into place on a local disk, a single PUT or a completed multipart upload on S3; no reader ever
+sees part of a file). A tree is not one object: ``upload_tree`` is idempotent, and callers make
+a tree visible only after it returned — the executor publishes a task's results (which name its
+files) after the upload, so a crashed upload is redone by the task's redelivery and never linked
+half-done.
+
+Not wired into the services yet: they still read and write ``DATA_DIR`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import obstore
+from obstore.exceptions import BaseError, NotFoundError
+from obstore.store import LocalStore, S3Store
+
+if TYPE_CHECKING:
+    from obstore.store import S3Config
+
+#: How long one request to a remote store keeps being retried (obstore's backoff) before the
+#: caller gets ``StoreUnavailable``; the task it belongs to is then redelivered later.
+RETRY_TIMEOUT = timedelta(seconds=20)
+
+
+class StoreUnavailable(OSError):
+    """The store did not answer (refused, timed out, 5xx after its retries); ``str()`` says which
+    store and what failed. Worth retrying later; nothing was lost."""
+
+
+@dataclass(frozen=True, order=True)
+class StoredFile:
+    """One object: ``key`` (relative to the store's root, ``/``-separated) and ``size`` in bytes."""
+
+    key: str
+    size: int
+
+
+def check_key(key: str) -> str:
+    """``key`` if it is a relative ``/``-separated path with no empty, ``.`` or ``..`` segment and
+    no NUL or backslash; else ValueError (what a hostile file name would need to leave the tree)."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or "\\" in key or "\0" in key or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"not an archive key: {key!r}")
+    return key
+
+
+class ArchiveStore:
+    """The archive's files (see the module docstring).
+
+    Args:
+        store: an obstore store rooted at the archive's root.
+        name: how messages name it (``DATA_DIR /data`` or ``s3://bucket/prefix``), never credentials.
+        local_root: the directory, when the store is the local disk: there executors write in
+            place and nothing moves (``upload_tree`` from inside it is a no-op).
+    """
+
+    def __init__(self, store: Any, name: str, local_root: Path | None = None) -> None:
+        self.store = store
+        self.name = name
+        self.local_root = local_root
+
+    @classmethod
+    def local(cls, data_dir: Path) -> ArchiveStore:
+        """The data dir itself (the default)."""
+        data_dir.mkdir(parents=True, exist_ok=True)
+        root = data_dir.resolve()
+        return cls(LocalStore(str(root)), f"DATA_DIR {root}", root)
+
+    @classmethod
+    def from_url(cls, url: str, data_dir: Path) -> ArchiveStore:
+        """``""`` or ``file:`` → ``local(data_dir)``; ``s3://bucket[/prefix][?endpoint=http://host:port&region=r]``
+        → that bucket. Credentials come from the environment as AWS tools read them
+        (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), never from the URL;
+        an ``http://`` endpoint (a store on the LAN) is allowed because it is named explicitly.
+
+        Raises:
+            ValueError: another scheme, no bucket, or credentials in the URL.
+        """
+        parts = urlsplit(url)
+        if parts.scheme in ("", "file"):
+            return cls.local(data_dir)
+        if parts.scheme != "s3" or not parts.hostname:
+            raise ValueError(f"STORE_URL must be file: or s3://bucket[/prefix], not {url!r}")
+        if parts.username or parts.password:
+            raise ValueError("STORE_URL must not hold credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        prefix = parts.path.strip("/") or None
+        config: S3Config = {"region": query.get("region", os.environ.get("AWS_REGION", "us-east-1"))}
+        endpoint = query.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", "")
+        if endpoint:
+            config["endpoint"] = endpoint
+        if os.environ.get("AWS_ACCESS_KEY_ID"):
+            config["access_key_id"] = os.environ["AWS_ACCESS_KEY_ID"]
+        if os.environ.get("AWS_SECRET_ACCESS_KEY"):
+            config["secret_access_key"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+        if os.environ.get("AWS_SESSION_TOKEN"):
+            config["session_token"] = os.environ["AWS_SESSION_TOKEN"]
+        store = S3Store(
+            parts.hostname,
+            prefix=prefix,
+            config=config,
+            client_options={"allow_http": endpoint.startswith("http://"), "connect_timeout": timedelta(seconds=5)},
+            retry_config={"max_retries": 10, "retry_timeout": RETRY_TIMEOUT},
+        )
+        return cls(store, f"s3://{parts.hostname}/{prefix or ''}")
+
+    # --- one object
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write ``data`` (whole or not at all) to ``key``, replacing what was there."""
+        self._call("put", key, lambda: obstore.put(self.store, check_key(key), data))
+
+    def put_file(self, key: str, path: Path) -> None:
+        """Write the file at ``path`` to ``key`` (streamed; multipart above 5 MiB on S3)."""
+        self._call("put", key, lambda: obstore.put(self.store, check_key(key), path))
+
+    def get_bytes(self, key: str) -> bytes:
+        """The whole object. Raises FileNotFoundError when there is none."""
+        return bytes(self._call("get", key, lambda: obstore.get(self.store, check_key(key)).bytes()))
+
+    def iter_bytes(self, key: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """The object in chunks of up to ``chunk`` bytes (a large WARC or video is never held
+        whole). Raises FileNotFoundError when there is none."""
+        result = self._call("get", key, lambda: obstore.get(self.store, check_key(key)))
+        for buffer in result.stream(min_chunk_size=chunk):
+            yield bytes(buffer)
+
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes, or None when there is none."""
+        try:
+            return int(self._call("head", key, lambda: obstore.head(self.store, check_key(key)))["size"])
+        except FileNotFoundError:
+            return None
+
+    # --- many objects
+
+    def list(self, prefix: str) -> list[StoredFile]:
+        """Every object under the directory ``prefix`` (``a/b`` lists ``a/b/…``, not ``a/bc``),
+        sorted by key."""
+        check_key(prefix)
+        found = []
+        stream = self._call("list", prefix, lambda: obstore.list(self.store, prefix + "/", chunk_size=1000))
+        for batch in self._iterate(stream, prefix):
+            found += [StoredFile(meta["path"], int(meta["size"])) for meta in batch]
+        return sorted(f for f in found if f.key.startswith(prefix + "/"))
+
+    def delete_tree(self, prefix: str) -> int:
+        """Delete every object under the directory ``prefix``; returns how many."""
+        keys = [f.key for f in self.list(prefix)]
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+            self._call("delete", prefix, lambda batch=batch: obstore.delete(self.store, batch))
+        return len(keys)
+
+    def upload_tree(self, local_dir: Path, prefix: str, only: Iterable[str] | None = None) -> tuple[int, int]:
+        """Put every file under ``local_dir`` (or under its subdirectories ``only``, e.g. the
+        plugin dirs of one task) at ``prefix/<relative path>``; returns ``(files, bytes)``.
+
+        A symlink is stored as a copy of its target when the target is inside ``local_dir`` and
+        left out otherwise (a hook's link must not carry a host file into the archive). Safe to
+        repeat; from inside the local store's own root it writes nothing (the files are there).
+        """
+        check_key(prefix)
+        local_dir = local_dir.resolve()
+        if self.local_root is not None and local_dir == (self.local_root / prefix).resolve():
+            return 0, 0
+        roots = [local_dir / name for name in only] if only is not None else [local_dir]
+        files = size = 0
+        for root in roots:
+            for path in _files_under(root, local_dir):
+                key = f"{prefix}/{path.relative_to(local_dir).as_posix()}"
+                self.put_file(key, path)
+                files += 1
+                size += path.stat().st_size
+        return files, size
+
+    def download_tree(self, prefix: str, local_dir: Path) -> int:
+        """Write every object under ``prefix`` to ``local_dir/<relative path>`` (made as needed);
+        returns how many files. Keys that would leave ``local_dir`` are refused (ValueError)."""
+        count = 0
+        for stored in self.list(prefix):
+            relative = PurePosixPath(stored.key[len(prefix) + 1 :])
+            check_key(str(relative))
+            target = local_dir.joinpath(*relative.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.part")
+            with open(tmp, "wb") as out:
+                for chunk in self.iter_bytes(stored.key):
+                    out.write(chunk)
+            os.replace(tmp, target)
+            count += 1
+        return count
+
+    # --- errors
+
+    def _call(self, verb: str, key: str, call: Any) -> Any:
+        try:
+            return call()
+        except (FileNotFoundError, NotFoundError) as exc:
+            raise FileNotFoundError(f"{self.name}: no {key}") from exc
+        except BaseError as exc:
+            raise StoreUnavailable(f"{self.name}: {verb} {key} failed: {_first_line(exc)}") from exc
+
+    def _iterate(self, stream: Any, prefix: str) -> Iterator[Any]:
+        while True:
+            try:
+                batch = next(stream)
+            except StopIteration:
+                return
+            except BaseError as exc:
+                raise StoreUnavailable(f"{self.name}: list {prefix} failed: {_first_line(exc)}") from exc
+            yield batch
+
+
+def _files_under(root: Path, top: Path) -> Iterator[Path]:
+    """Regular files under ``root`` (itself one), symlinks to files inside ``top`` included,
+    sorted; nothing when ``root`` does not exist."""
+    if root.is_file():
+        candidates = [root]
+    elif root.is_dir():
+        candidates = sorted(p for p in root.rglob("*") if p.is_file())
+    else:
+        candidates = []
+    for path in candidates:
+        if path.is_symlink() and not path.resolve().is_relative_to(top):
+            continue
+        yield path
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"

@@ -1,0 +1,124 @@
+"""The storage contract (issue 32): the local data dir and an S3 bucket (a real S3 API server,
+moto's, ``tests/s3_server.py``) pass the same tests: bytes in and out unchanged, listings by
+directory, trees up and down, hostile keys and links refused, a missing file told apart from a
+store that cannot be reached."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from boxcar.shared.archive_store import ArchiveStore, StoredFile, StoreUnavailable, check_key
+from tests.s3_server import CREDENTIALS, S3Server
+
+SNAP = "archive/users/system/snapshots/20261204/example.com/01a2"
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    server = S3Server()
+    server.start()
+    yield server
+    server.stop()
+
+
+#: the S3 case starts a server (moto's): like the NATS tests, not one of `make check`'s fast tests
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.needs_nats)])
+def store(request, tmp_path, monkeypatch) -> ArchiveStore:
+    if request.param == "local":
+        return ArchiveStore.local(tmp_path / "data")
+    server = request.getfixturevalue("s3_server")
+    bucket = f"archive-{os.urandom(4).hex()}"
+    server.create_bucket(bucket)
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    return ArchiveStore.from_url(f"s3://{bucket}/boxcar?endpoint={server.endpoint}", tmp_path / "unused")
+
+
+def test_bytes_round_trip_unchanged_and_a_put_replaces(store):
+    data = bytes(range(256)) * 1000 + b"\r\n\0end"
+    store.put_bytes(f"{SNAP}/wget/index.html", data)
+    assert store.get_bytes(f"{SNAP}/wget/index.html") == data
+    assert b"".join(store.iter_bytes(f"{SNAP}/wget/index.html", chunk=4096)) == data
+    assert store.size(f"{SNAP}/wget/index.html") == len(data)
+    store.put_bytes(f"{SNAP}/wget/index.html", b"again")
+    assert store.get_bytes(f"{SNAP}/wget/index.html") == b"again"
+
+
+def test_a_missing_file_is_file_not_found(store):
+    with pytest.raises(FileNotFoundError, match="no archive/"):
+        store.get_bytes(f"{SNAP}/nothing.txt")
+    assert store.size(f"{SNAP}/nothing.txt") is None
+
+
+def test_listing_is_by_directory_with_sizes(store):
+    store.put_bytes(f"{SNAP}/a.txt", b"1")
+    store.put_bytes(f"{SNAP}/wget/deep/b.txt", b"22")
+    store.put_bytes(f"{SNAP}x/sibling.txt", b"333")  # shares the prefix's characters, not its directory
+    assert store.list(SNAP) == [StoredFile(f"{SNAP}/a.txt", 1), StoredFile(f"{SNAP}/wget/deep/b.txt", 2)]
+    assert store.delete_tree(SNAP) == 2
+    assert store.list(SNAP) == []
+    assert store.get_bytes(f"{SNAP}x/sibling.txt") == b"333"
+
+
+def test_a_tree_goes_up_and_comes_down_whole(store, tmp_path):
+    task = tmp_path / "scratch" / "snap"
+    (task / "wget" / "127.0.0.1" / "pages").mkdir(parents=True)
+    (task / "wget" / "127.0.0.1" / "pages" / "index.html").write_bytes(b"<html>page</html>")
+    (task / "wget" / "empty.txt").write_bytes(b"")
+    (task / "screenshot").mkdir()
+    (task / "screenshot" / "screenshot.png").write_bytes(os.urandom(6 * 1024 * 1024))  # multipart on S3
+    (task / "title").mkdir()
+    (task / "title" / "títle ünïcode.txt").write_text("Ünïcode", encoding="utf-8")
+    (task / "title" / "link.txt").symlink_to(task / "title" / "títle ünïcode.txt")
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("not for the archive")
+    (task / "title" / "escape.txt").symlink_to(secret)
+
+    files, size = store.upload_tree(task, SNAP, only=["wget", "title"])  # one task's plugin dirs
+    assert files == 4 and size == len(b"<html>page</html>") + 2 * len("Ünïcode".encode())
+    keys = {f.key.removeprefix(SNAP + "/") for f in store.list(SNAP)}
+    assert keys == {"wget/127.0.0.1/pages/index.html", "wget/empty.txt", "title/títle ünïcode.txt", "title/link.txt"}
+    store.upload_tree(task, SNAP, only=["screenshot"])  # the browser task's, separately
+    store.upload_tree(task, SNAP, only=["screenshot"])  # and again: a redelivered task
+
+    down = tmp_path / "other-machine" / "snap"
+    assert store.download_tree(SNAP, down) == 5
+    for relative in ("wget/127.0.0.1/pages/index.html", "wget/empty.txt", "screenshot/screenshot.png"):
+        assert (down / relative).read_bytes() == (task / relative).read_bytes()
+    assert (down / "title" / "link.txt").read_text(encoding="utf-8") == "Ünïcode"
+    assert not (down / "title" / "escape.txt").exists()
+
+
+def test_hostile_keys_are_refused_before_any_request(store):
+    for key in ["../etc/passwd", "/abs", "a//b", "a/./b", "a\\b", "a/\0b", "", f"{SNAP}/../../x"]:
+        with pytest.raises(ValueError, match="not an archive key"):
+            store.put_bytes(key, b"x")
+    assert check_key(f"{SNAP}/wget/index.html")
+
+
+def test_the_local_store_is_the_data_dir_itself(tmp_path):
+    store = ArchiveStore.local(tmp_path / "data")
+    store.put_bytes(f"{SNAP}/index.jsonl", b"{}\n")
+    assert (tmp_path / "data" / SNAP / "index.jsonl").read_bytes() == b"{}\n"
+    # an executor that wrote in place has nothing to upload
+    assert store.upload_tree(tmp_path / "data" / SNAP, SNAP) == (0, 0)
+
+
+def test_a_store_that_cannot_be_reached_is_unavailable_not_missing(tmp_path, monkeypatch):
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("boxcar.shared.archive_store.RETRY_TIMEOUT", __import__("datetime").timedelta(seconds=1))
+    down = S3Server()  # never started (no install either): nothing listens on its port
+    store = ArchiveStore.from_url(f"s3://bucket?endpoint={down.endpoint}", tmp_path)
+    with pytest.raises(StoreUnavailable, match=r"s3://bucket/: get .* failed"):
+        store.get_bytes("archive/x.txt")
+
+
+def test_store_urls(tmp_path):
+    assert ArchiveStore.from_url("", tmp_path).local_root == tmp_path.resolve()
+    assert ArchiveStore.from_url("file:", tmp_path).local_root == tmp_path.resolve()
+    for bad in ["ftp://x/y", "s3://", "s3://key:secret@bucket/p"]:
+        with pytest.raises(ValueError, match="STORE_URL"):
+            ArchiveStore.from_url(bad, tmp_path)
