@@ -263,6 +263,14 @@ async def _ensure_streams(js: JetStreamContext, replicas: int) -> None:
             await js.update_stream(config)
 
 
+async def _keep_replicas(js: JetStreamContext, stream: str, replicas: int) -> None:
+    """Give an existing bucket's stream ``replicas`` copies when it has another number (a
+    deployment that moved to a cluster raises ``NATS_REPLICAS``; JetStream copies the data)."""
+    info = await js.stream_info(stream)
+    if (info.config.num_replicas or 1) != replicas:
+        await js.update_stream(dataclasses.replace(info.config, num_replicas=replicas))
+
+
 async def cancelled_bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
     """The ``CANCELLED`` key-value bucket (crawl id → ISO time), created with ``replicas`` copies
     if missing; retried while JetStream is unavailable."""
@@ -270,7 +278,9 @@ async def cancelled_bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
 
     async def get() -> KeyValue:
         try:
-            return await js.key_value(CANCELLED_BUCKET)
+            bucket = await js.key_value(CANCELLED_BUCKET)
+            await _keep_replicas(js, f"KV_{CANCELLED_BUCKET}", replicas)
+            return bucket
         except nats.js.errors.BucketNotFoundError:
             config = KeyValueConfig(
                 bucket=CANCELLED_BUCKET, ttl=30 * DAY, storage=StorageType.FILE, history=1, replicas=replicas
@@ -287,7 +297,9 @@ async def discovered_store(js: JetStreamContext, replicas: int = 1) -> ObjectSto
 
     async def get() -> ObjectStore:
         try:
-            return await js.object_store(DISCOVERED_BUCKET)
+            store = await js.object_store(DISCOVERED_BUCKET)
+            await _keep_replicas(js, f"OBJ_{DISCOVERED_BUCKET}", replicas)
+            return store
         except nats.js.errors.BucketNotFoundError:
             config = ObjectStoreConfig(ttl=7 * DAY, storage=StorageType.FILE, replicas=replicas)
             return await js.create_object_store(DISCOVERED_BUCKET, config)

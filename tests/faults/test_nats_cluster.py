@@ -52,25 +52,42 @@ async def _jetstream_ready(servers: list[str], timeout: float = 30.0) -> None:
         await nc.close()
 
 
+#: Boxcar's streams and its two buckets' streams
+ALL_STREAMS = [c.name for c in bus.STREAMS] + [f"KV_{bus.CANCELLED_BUCKET}", f"OBJ_{bus.DISCOVERED_BUCKET}"]
+
+
+async def _one_copy_each(servers: list[str]) -> None:
+    """Streams and buckets as a deployment on one server made them (one copy each)."""
+    nc = await nats.connect(servers)
+    try:
+        js = nc.jetstream()
+        await bus.ensure_streams(js, 1)
+        await bus.cancelled_bucket(js, 1)
+        await bus.discovered_store(js, 1)
+    finally:
+        await nc.close()
+
+
 async def _streams(servers: list[str]) -> dict[str, tuple[int, str]]:
-    """``{stream: (replicas, leader server name)}`` of Boxcar's streams."""
+    """``{stream: (replicas, leader server name)}`` of Boxcar's streams and buckets."""
     nc = await nats.connect(servers)
     try:
         js = nc.jetstream()
         found = {}
-        for config in bus.STREAMS:
-            info = await js.stream_info(config.name)
-            found[config.name] = (info.config.num_replicas, info.cluster.leader if info.cluster else "")
+        for name in ALL_STREAMS:
+            info = await js.stream_info(name)
+            found[name] = (info.config.num_replicas, info.cluster.leader if info.cluster else "")
         return found
     finally:
         await nc.close()
 
 
 def test_a_nats_server_of_the_cluster_and_an_executor_killed_mid_crawl(pg_url, cluster, make_stack, site_urls):
+    asyncio.run(_one_copy_each(cluster.url.split(",")))  # NATS_REPLICAS raised later: copies follow
     stack = make_stack(pg_url, cluster.url, families=FAMILIES, env={**ENV, "NATS_REPLICAS": "3"})
     db, urls = Database(pg_url), site_urls(PAGES)
     streams = asyncio.run(_streams(cluster.url.split(",")))
-    assert {name: replicas for name, (replicas, _) in streams.items()} == {c.name: 3 for c in bus.STREAMS}
+    assert {name: replicas for name, (replicas, _) in streams.items()} == dict.fromkeys(ALL_STREAMS, 3)
     leader = streams[bus.TASKS_STREAM][1]
     assert leader in cluster.names, streams
     with MemorySampler(lambda: stack_pids(stack)) as memory:
