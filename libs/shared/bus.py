@@ -238,8 +238,20 @@ async def until_available[T](what: str, call: Callable[[], Awaitable[T]], within
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
     """Create or update Boxcar's streams so they match ``STREAMS``, each with ``replicas`` copies
     (``NATS_REPLICAS``; a stream created with fewer is raised to it, as JetStream allows); safe to
-    run concurrently; retried while JetStream is unavailable (``until_available``)."""
-    await until_available("streams", lambda: _ensure_streams(js, replicas))
+    run concurrently; retried while JetStream is unavailable (``until_available``).
+
+    Raises:
+        RuntimeError: ``replicas`` > 1 on a server that is not part of a cluster (it says so).
+    """
+    try:
+        await until_available("streams", lambda: _ensure_streams(js, replicas))
+    except nats.js.errors.APIError as exc:
+        if replicas > 1 and "non-clustered" in str(exc.description):
+            raise RuntimeError(
+                f"NATS_REPLICAS={replicas} needs a NATS cluster, and this server is not part of one "
+                f"({exc.description}): set NATS_REPLICAS=1, or list a cluster's servers in NATS_URL"
+            ) from None
+        raise
 
 
 async def _ensure_streams(js: JetStreamContext, replicas: int) -> None:

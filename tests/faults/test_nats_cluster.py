@@ -113,3 +113,15 @@ def test_a_nats_server_of_the_cluster_and_an_executor_killed_mid_crawl(pg_url, c
             data_dir=stack.data_dir,
         )
     )
+
+
+def test_replicas_on_a_single_server_are_refused_with_what_to_set(nats_url):
+    async def ensure() -> None:
+        nc = await nats.connect(nats_url)
+        try:
+            await bus.ensure_streams(nc.jetstream(), 3)
+        finally:
+            await nc.close()
+
+    with pytest.raises(RuntimeError, match="NATS_REPLICAS=3 needs a NATS cluster.*set NATS_REPLICAS=1"):
+        asyncio.run(ensure())
