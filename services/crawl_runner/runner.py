@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable
 
 import msgspec
+import nats.errors
 from nats.js import JetStreamContext
 
 from boxcar.crawl_runner import queries as q
@@ -148,6 +149,12 @@ class CrawlRunner:
             self._wake.clear()
             try:
                 await self.tick()
+            except (TimeoutError, nats.errors.Error) as exc:  # NATS away, or a cluster electing leaders
+                log.warning(
+                    "runner pass: NATS did not take its messages (%s: %s); planned tasks are published again when due",
+                    type(exc).__name__,
+                    exc,
+                )
             except Exception:
                 log.exception("runner pass failed; retrying")
             delay = await asyncio.to_thread(self.decisions.seconds_until_due)
