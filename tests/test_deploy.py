@@ -123,16 +123,21 @@ def test_base_image_defaults_agree():
 
 
 def test_local_override_covers_every_image():
-    """compose.local.yml builds every image of the default stack locally (Boxcar's on the local base,
-    Postgres and NATS from Debian packages) and pulls nothing."""
-    default_services = {name for name, svc in COMPOSE["services"].items() if not svc.get("profiles")}
-    assert set(LOCAL["services"]) == default_services
+    """compose.local.yml builds every image of the default stack and of the `cluster` profile
+    locally (Boxcar's on the local base, Postgres and NATS from Debian packages) and pulls nothing."""
+    local = {
+        name for name, svc in COMPOSE["services"].items() if set(svc.get("profiles", ["cluster"])) == {"cluster"}
+    }
+    assert set(LOCAL["services"]) == local and {"nats-2", "nats-3"} <= local
     for name in boxcar_services():
         assert LOCAL["services"][name]["pull_policy"] == "never", name
     for name in ("nats", "postgres"):
         svc = LOCAL["services"][name]
         assert svc["image"].startswith("localhost/") and svc["pull_policy"] == "never"
         assert (REPO / svc["build"]["context"] / svc["build"]["dockerfile"]).exists()
+    for name in ("nats-2", "nats-3"):  # the same image as nats, built once
+        assert LOCAL["services"][name]["image"] == LOCAL["services"]["nats"]["image"]
+        assert LOCAL["services"][name]["pull_policy"] == "never"
 
 
 def test_defaults_are_safe_for_a_homelab():
