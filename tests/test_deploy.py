@@ -125,9 +125,7 @@ def test_base_image_defaults_agree():
 def test_local_override_covers_every_image():
     """compose.local.yml builds every image of the default stack and of the `cluster` profile
     locally (Boxcar's on the local base, Postgres and NATS from Debian packages) and pulls nothing."""
-    local = {
-        name for name, svc in COMPOSE["services"].items() if set(svc.get("profiles", ["cluster"])) == {"cluster"}
-    }
+    local = {name for name, svc in COMPOSE["services"].items() if set(svc.get("profiles", ["cluster"])) == {"cluster"}}
     assert set(LOCAL["services"]) == local and {"nats-2", "nats-3"} <= local
     for name in boxcar_services():
         assert LOCAL["services"][name]["pull_policy"] == "never", name
