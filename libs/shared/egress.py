@@ -224,7 +224,10 @@ class EgressPolicy(msgspec.Struct, frozen=True):
         comma-separated) and ``URL_ALLOWLIST``'s domains."""
         environ = os.environ if environ is None else environ
         services: list[tuple[str, int]] = []
-        urls = [*settings.nats_servers, *_database_hosts(settings.database_url)]
+        from boxcar.shared.settings import libpq_hosts  # at run time only: settings is heavier
+
+        hosts = [f"postgresql://{host}" for host in libpq_hosts(settings.database_url)]
+        urls = [*settings.nats_servers, *(hosts or [settings.database_url])]
         urls.append(f"http://{settings.api_host}:{settings.api_port}")
         if settings.archive_port:
             urls.append(f"http://{settings.api_host}:{settings.archive_port}")
@@ -366,13 +369,3 @@ def refusal_kind(reason: str) -> str:
 def refused_ports(policy: EgressPolicy) -> Iterable[int]:
     """The ports on this host the policy refuses (for messages and tests)."""
     return sorted(policy._service_endpoints()[0])
-
-
-def _database_hosts(database_url: str) -> list[str]:
-    """Each server of a Postgres URL as ``postgresql://host:port`` (a libpq host list,
-    ``postgresql://u@db1:5432,db2:5433/x``, names several); other URLs as they are."""
-    scheme, sep, rest = database_url.partition("://")
-    if not sep or not scheme.startswith("postgres"):
-        return [database_url]
-    netloc = rest.split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
-    return [f"postgresql://{host}" for host in netloc.split(",") if host]

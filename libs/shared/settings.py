@@ -441,6 +441,22 @@ class Settings(BaseSettings):
         return url
 
 
+def _libpq_parts(rest: str) -> tuple[str, str, str, str]:
+    """``(userinfo, "@" or "", hosts, path-and-query)`` of a libpq URI after ``postgresql://``."""
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    userinfo, at, hosts = rest[:end].rpartition("@")
+    return userinfo, at, hosts, rest[end:]
+
+
+def libpq_hosts(url: str) -> list[str]:
+    """Each ``host[:port]`` of a Postgres URL (a libpq host list, ``postgresql://u@db1:5432,db2:5433/x``,
+    names several); ``[]`` for a URL of another scheme."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme.startswith("postgres"):
+        return []
+    return [host for host in _libpq_parts(rest)[2].split(",") if host]
+
+
 def postgres_sqlalchemy_url(rest: str) -> str:
     """A libpq connection URI (``rest``: what follows ``postgresql://``) as the SQLAlchemy URL of
     the psycopg 3 driver. The query's parameters are libpq's and pass through unchanged (TLS:
@@ -449,9 +465,7 @@ def postgres_sqlalchemy_url(rest: str) -> str:
     which SQLAlchemy cannot parse, becomes its form for several hosts (``@/db?host=db1:5432&host=db2:5433``,
     SQLAlchemy's "Specifying multiple fallback hosts"); libpq then tries them in turn.
     """
-    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    netloc, tail = rest[:end], rest[end:]
-    userinfo, at, hosts = netloc.rpartition("@")
+    userinfo, at, hosts, tail = _libpq_parts(rest)
     if "," not in hosts:
         return "postgresql+psycopg://" + rest
     path, _, query = tail.partition("?")
