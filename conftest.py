@@ -230,6 +230,7 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
         env: dict[str, str] | None = None,
         data_dir: Path | None = None,
         shape: str = "processes",
+        child_env: dict[str, dict[str, str]] | None = None,
     ) -> EmbeddedStack:
         for key, value in {
             "DATABASE_URL": database_url,
@@ -240,7 +241,7 @@ def make_stack(tmp_path: Path, monkeypatch, lib_dir: Path) -> Iterator[Callable[
         }.items():
             monkeypatch.setenv(key, value)
         settings = Settings(data_dir=data_dir or tmp_path / "data")
-        stack = EmbeddedStack(settings, families=families, use_external_nats=True, shape=shape)
+        stack = EmbeddedStack(settings, families=families, use_external_nats=True, shape=shape, child_env=child_env)
         stack.start()
         stacks.append(stack)
         return stack

@@ -41,6 +41,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, attach_tags
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, Status, dedup_key, url_hash
@@ -534,8 +535,15 @@ def import_collection(
     link: bool = False,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    store: ArchiveStore | None = None,
 ) -> ImportReport:
     """Import the ArchiveBox collection at ``source`` into ``db``/``data_dir`` for ``user``.
+
+    ``store``: where the archive's files live (``STORE_URL``; default ``data_dir``): from a bucket,
+    each imported snapshot's files are put there after they were placed in ``data_dir``.
+
+    Raises:
+        StoreUnavailable: the bucket did not answer (the rows are in; run the import again).
 
     With ``dry_run`` nothing is written (``db`` may be None: an archive that doesn't exist yet has
     nothing in it) and the report counts what a real run would import.
@@ -595,9 +603,15 @@ def import_collection(
                 crawl.seed_count = crawl.seeded = int(count or 0)
     from boxcar.result_projector import fulltext, index
 
+    store = store or ArchiveStore.local(data_dir)
+    if store.is_remote:
+        with db.read() as s:
+            dirs = list(s.scalars(select(Snapshot.output_dir).where(Snapshot.id.in_(report.snapshot_ids))))
+        for out_dir in dirs:
+            store.upload_tree(data_dir / out_dir, out_dir)
     for sid in report.snapshot_ids:
-        index.write_index(db, data_dir, sid)
-    fulltext.index_snapshots(db, data_dir, report.snapshot_ids)
+        index.write_index(db, store, sid)
+    fulltext.index_snapshots(db, store, report.snapshot_ids)
     return report
 
 

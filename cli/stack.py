@@ -149,6 +149,8 @@ class EmbeddedStack:
         use_external_nats: connect to ``settings.nats_url`` instead of starting a server.
         shape: ``one`` (every service in one process) or ``processes`` (one each); default
             ``EMBEDDED_SHAPE`` from the environment, else ``one``.
+        child_env: more environment for the named children (``processes`` shape), e.g. a data
+            dir of its own for each executor when the archive is in a bucket (``STORE_URL``).
     """
 
     def __init__(
@@ -159,8 +161,10 @@ class EmbeddedStack:
         families: list[str] | None = None,
         use_external_nats: bool = False,
         shape: str | None = None,
+        child_env: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.settings = settings
+        self.child_env = {name: dict(env) for name, env in (child_env or {}).items()}
         self.data_dir = settings.data_dir
         self.api_port = api_port or free_port()
         # the archive origin (archived files with scripts, WARC replay): never Boxcar's own origin
@@ -213,7 +217,8 @@ class EmbeddedStack:
                     (f"hook-executor-{f}", [py, "-m", "boxcar.hook_executor", "--family", f]) for f in self.families
                 ]
             for name, argv in specs:
-                child = Child(name, argv, self.log_dir / f"{name}.log", env=self._metrics_env(len(self.children)))
+                extra = {**self.child_env.get(name, {}), **self._metrics_env(len(self.children))}
+                child = Child(name, argv, self.log_dir / f"{name}.log", env=extra)
                 self._spawn(child, env)
                 self.children.append(child)
             self._wait_api(timeout)

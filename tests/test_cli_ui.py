@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from boxcar.cli.main import cli
 from boxcar.ingest.web.accounts import authenticate
 from boxcar.result_projector import fulltext
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl, Snapshot, Status, url_hash
@@ -67,4 +68,4 @@ def test_user_search_remove_and_reindex(tmp_path: Path, monkeypatch):
         json.loads(line)["id"] for line in runner.invoke(cli, ["search", "--json", "note"]).output.splitlines()
     ] == [otter]
     assert runner.invoke(cli, ["remove", "--yes", "https://nothing.example/"]).exit_code == 2
-    assert fulltext.reindex(db, data_dir) == 1
+    assert fulltext.reindex(db, ArchiveStore.local(data_dir)) == 1

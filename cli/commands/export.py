@@ -35,10 +35,11 @@ def export_cmd(data_dir, format, snapshot_id, crawl_id, tag, q, output, base_url
     from boxcar.ingest import exports
     from boxcar.ingest.access import operator
     from boxcar.ingest.library import SnapshotLibrary
+    from boxcar.shared.archive_store import ArchiveStore
 
     settings = settings_for(data_dir)
     db = open_database(settings)
-    library = SnapshotLibrary(db, settings.data_dir)
+    library = SnapshotLibrary(db, settings.data_dir, store=ArchiveStore.from_settings(settings))
     chosen = exports.Selection(snapshot_id=snapshot_id, crawl_id=crawl_id, tag=tag, q=q)
     if crawl_id and not exports.crawl_exists(db, crawl_id):
         fail(f"no crawl {crawl_id} in {settings.data_dir}")
@@ -54,6 +55,7 @@ def export_cmd(data_dir, format, snapshot_id, crawl_id, tag, q, output, base_url
             try:
                 pages = exports.write_wacz(
                     db,
+                    library.store,
                     settings.data_dir,
                     ids,
                     output,

@@ -28,6 +28,7 @@ def import_archivebox(data_dir, path: Path, user: str | None, link: bool, dry_ru
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from boxcar.cli.archivebox_import import import_collection
+    from boxcar.shared.archive_store import ArchiveStore
 
     settings = settings_for(data_dir)
     owner = user or settings.archive_user
@@ -58,6 +59,7 @@ def import_archivebox(data_dir, path: Path, user: str | None, link: bool, dry_ru
                 link=link,
                 dry_run=dry_run,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
+                store=ArchiveStore.from_settings(settings),
             )
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))

@@ -22,9 +22,14 @@ if TYPE_CHECKING:
 def reindex_cmd(data_dir) -> None:
     """Rebuild the full-text search index from the archive's rows and files."""
     from boxcar.result_projector.fulltext import reindex
+    from boxcar.shared.archive_store import ArchiveStore
 
     settings = settings_for(data_dir)
     db = open_database(settings)
     with err.status("indexing …") as status:
-        count = reindex(db, settings.data_dir, progress=lambda done, total: status.update(f"indexing {done}/{total}"))
+        count = reindex(
+            db,
+            ArchiveStore.from_settings(settings),
+            progress=lambda done, total: status.update(f"indexing {done}/{total}"),
+        )
     err.print(f"indexed {count} snapshot(s)")

@@ -27,9 +27,10 @@ def remove_cmd(data_dir, targets, yes) -> None:
     """Delete snapshots (by id, or every snapshot of a URL): their rows and their files."""
     from boxcar.ingest.access import operator
     from boxcar.ingest.library import SnapshotBusy, SnapshotLibrary
+    from boxcar.shared.archive_store import ArchiveStore
 
     settings = settings_for(data_dir)
-    library = SnapshotLibrary(open_database(settings), settings.data_dir)
+    library = SnapshotLibrary(open_database(settings), settings.data_dir, store=ArchiveStore.from_settings(settings))
     me = operator(settings.archive_user)  # the operator's CLI: every user's snapshots
     ids: list[str] = []
     for target in targets:

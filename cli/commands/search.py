@@ -28,10 +28,11 @@ def search_cmd(data_dir, query, tag, limit, as_json) -> None:
     """Full-text search of titles, URLs, tags and page text: words, "a phrase", -excluded, a or b."""
     from boxcar.ingest.access import operator
     from boxcar.ingest.library import SnapshotLibrary
+    from boxcar.shared.archive_store import ArchiveStore
     from boxcar.shared.search import SearchHit
 
     settings = settings_for(data_dir)
-    library = SnapshotLibrary(open_database(settings), settings.data_dir)
+    library = SnapshotLibrary(open_database(settings), settings.data_dir, store=ArchiveStore.from_settings(settings))
     rows = library.search(" ".join(query), tag, limit, viewer=operator(settings.archive_user))
     for row in rows:
         snippet = SearchHit(row.id, 0.0, row.snippet_html).snippet

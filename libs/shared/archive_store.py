@@ -20,12 +20,20 @@ a tree visible only after it returned — the executor publishes a task's result
 files) after the upload, so a crashed upload is redone by the task's redelivery and never linked
 half-done.
 
-Not wired into the services yet: they still read and write ``DATA_DIR`` directly.
+Who uses it (``STORE_URL``): executors capture a task in a scratch dir, ``download_tree`` the
+snapshot's earlier files into it first and ``upload_tree`` the task's plugin dirs before they
+publish its results; the projector writes ``index.jsonl`` and reads text for the search index
+through it; ingest mirrors a snapshot into its local cache (``download_tree``, unchanged files
+skipped) before it serves, replays or exports its files. With the default local store all of that
+is a no-op and every service works in ``DATA_DIR`` as before.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -43,6 +51,17 @@ if TYPE_CHECKING:
 #: How long one request to a remote store keeps being retried (obstore's backoff) before the
 #: caller gets ``StoreUnavailable``; the task it belongs to is then redelivered later.
 RETRY_TIMEOUT = timedelta(seconds=20)
+
+
+def store_endpoint(url: str) -> str:
+    """The S3 endpoint a ``STORE_URL`` talks to (its ``endpoint=`` parameter, else
+    ``AWS_ENDPOINT_URL``); "" for the local store or AWS itself. The egress policy refuses it to
+    hooks: a store on the LAN is one of the stack's own services."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3":
+        return ""
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    return query.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", "")
 
 
 class StoreUnavailable(OSError):
@@ -81,6 +100,18 @@ class ArchiveStore:
         self.store = store
         self.name = name
         self.local_root = local_root
+        self._locks = [threading.Lock() for _ in range(64)]  # one prefix is copied by one thread
+        self._fresh: dict[str, float] = {}
+
+    @property
+    def is_remote(self) -> bool:
+        """True for a bucket: files must be moved to and from it; False for the data dir itself."""
+        return self.local_root is None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ArchiveStore:
+        """The store ``STORE_URL`` names (``from_url``), for a ``Settings``."""
+        return cls.from_url(settings.store_url, settings.data_dir)
 
     @classmethod
     def local(cls, data_dir: Path) -> ArchiveStore:
@@ -109,7 +140,7 @@ class ArchiveStore:
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         prefix = parts.path.strip("/") or None
         config: S3Config = {"region": query.get("region", os.environ.get("AWS_REGION", "us-east-1"))}
-        endpoint = query.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", "")
+        endpoint = store_endpoint(url)
         if endpoint:
             config["endpoint"] = endpoint
         if os.environ.get("AWS_ACCESS_KEY_ID"):
@@ -145,7 +176,7 @@ class ArchiveStore:
         """The object in chunks of up to ``chunk`` bytes (a large WARC or video is never held
         whole). Raises FileNotFoundError when there is none."""
         result = self._call("get", key, lambda: obstore.get(self.store, check_key(key)))
-        for buffer in result.stream(min_chunk_size=chunk):
+        for buffer in self._iterate(result.stream(min_chunk_size=chunk), key, "get"):
             yield bytes(buffer)
 
     def size(self, key: str) -> int | None:
@@ -198,21 +229,85 @@ class ArchiveStore:
         return files, size
 
     def download_tree(self, prefix: str, local_dir: Path) -> int:
-        """Write every object under ``prefix`` to ``local_dir/<relative path>`` (made as needed);
-        returns how many files. Keys that would leave ``local_dir`` are refused (ValueError)."""
+        """Make ``local_dir`` hold every object under ``prefix`` (at ``local_dir/<relative path>``,
+        directories made as needed): objects whose local copy has their size and modification time
+        are skipped, others written whole (a staged file renamed into place) and given the object's
+        time. Returns how many files were written. Keys that would leave ``local_dir`` are refused
+        (ValueError). From the local store into its own root it writes nothing."""
+        check_key(prefix)
+        if self.local_root is not None and local_dir.resolve() == (self.local_root / prefix).resolve():
+            return 0
         count = 0
-        for stored in self.list(prefix):
-            relative = PurePosixPath(stored.key[len(prefix) + 1 :])
+        for key, size, stamp in self._entries(prefix):
+            relative = PurePosixPath(key[len(prefix) + 1 :])
             check_key(str(relative))
             target = local_dir.joinpath(*relative.parts)
+            try:
+                known = target.stat()
+                if known.st_size == size and int(known.st_mtime) == int(stamp):
+                    continue
+            except FileNotFoundError:
+                pass
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}.part")
             with open(tmp, "wb") as out:
-                for chunk in self.iter_bytes(stored.key):
+                for chunk in self.iter_bytes(key):
                     out.write(chunk)
+            os.utime(tmp, (stamp, stamp))
             os.replace(tmp, target)
             count += 1
         return count
+
+    def local_copy(self, prefix: str, cache_root: Path, max_age: float = 2.0) -> Path:
+        """A local directory holding the directory ``prefix`` (a snapshot's files), for code that
+        works on paths (serving with byte ranges, WACZ exports): on the local store the directory
+        itself; on a bucket ``cache_root/prefix``, brought up to date with ``download_tree`` unless
+        that was done less than ``max_age`` seconds ago (a page and its many files cost one listing).
+        Files deleted from the bucket stay in the cache.
+
+        Raises:
+            StoreUnavailable: the store did not answer.
+        """
+        check_key(prefix)
+        if self.local_root is not None:
+            return self.local_root / prefix
+        target = cache_root / prefix
+        with self._locks[hash(prefix) % len(self._locks)]:
+            if time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age:
+                self.download_tree(prefix, target)
+                if len(self._fresh) > 4096:
+                    self._fresh.clear()
+                self._fresh[prefix] = time.monotonic()
+        return target
+
+    def read_inside(self, key: str, root: str, limit: int | None = None) -> bytes:
+        """Up to ``limit`` bytes (all when None) of the object ``key``, which must lie under the
+        directory ``root`` (e.g. a snapshot's plugin dir). On the local store the file is resolved
+        first, so a symlink a hook planted that leads out of ``root`` reads as missing.
+
+        Raises:
+            FileNotFoundError: no such file, or one outside ``root``.
+            StoreUnavailable: the store did not answer.
+        """
+        check_key(key), check_key(root)
+        if not key.startswith(root + "/"):
+            raise FileNotFoundError(f"{self.name}: {key} is not under {root}")
+        if self.local_root is not None:
+            path = (self.local_root / key).resolve()
+            if not path.is_relative_to((self.local_root / root).resolve()) or not path.is_file():
+                raise FileNotFoundError(f"{self.name}: no {key}")
+            with open(path, "rb") as fh:
+                return fh.read(-1 if limit is None else limit)
+        data = self.get_bytes(key)
+        return data if limit is None else data[:limit]
+
+    def _entries(self, prefix: str) -> Iterator[tuple[str, int, float]]:
+        """``(key, size, modification time in epoch seconds)`` of each object under ``prefix``."""
+        stream = self._call("list", prefix, lambda: obstore.list(self.store, prefix + "/", chunk_size=1000))
+        for batch in self._iterate(stream, prefix):
+            for meta in batch:
+                if meta["path"].startswith(prefix + "/"):
+                    yield meta["path"], int(meta["size"]), meta["last_modified"].timestamp()
 
     # --- errors
 
@@ -224,14 +319,15 @@ class ArchiveStore:
         except BaseError as exc:
             raise StoreUnavailable(f"{self.name}: {verb} {key} failed: {_first_line(exc)}") from exc
 
-    def _iterate(self, stream: Any, prefix: str) -> Iterator[Any]:
+    def _iterate(self, stream: Any, key: str, verb: str = "list") -> Iterator[Any]:
+        """``stream``'s items, a failure part-way raised as ``StoreUnavailable``."""
         while True:
             try:
                 batch = next(stream)
             except StopIteration:
                 return
             except BaseError as exc:
-                raise StoreUnavailable(f"{self.name}: list {prefix} failed: {_first_line(exc)}") from exc
+                raise StoreUnavailable(f"{self.name}: {verb} {key} failed: {_first_line(exc)}") from exc
             yield batch
 
 

@@ -220,8 +220,8 @@ class EgressPolicy(msgspec.Struct, frozen=True):
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> EgressPolicy:
         """The policy for this deployment: ``URL_ALLOW_PRIVATE``, the service URLs in the settings
         (each server of ``NATS_URL`` and its monitoring port, each host of ``DATABASE_URL``, the
-        API, ``ARCHIVE_PORT``, ``METRICS_PORT``), ``EGRESS_SERVICES`` (extra ``host:port``,
-        comma-separated) and ``URL_ALLOWLIST``'s domains."""
+        API, ``ARCHIVE_PORT``, ``METRICS_PORT``, the S3 endpoint of ``STORE_URL``),
+        ``EGRESS_SERVICES`` (extra ``host:port``, comma-separated) and ``URL_ALLOWLIST``'s domains."""
         environ = os.environ if environ is None else environ
         services: list[tuple[str, int]] = []
         from boxcar.shared.settings import libpq_hosts  # at run time only: settings is heavier
@@ -235,6 +235,10 @@ class EgressPolicy(msgspec.Struct, frozen=True):
             urls.append(settings.archive_origin)
         if settings.metrics_port:
             urls.append(f"http://{settings.metrics_host}:{settings.metrics_port}")
+        from boxcar.shared.archive_store import store_endpoint
+
+        if store_endpoint(settings.store_url):  # an S3 server of the stack's own (on AWS: none)
+            urls.append(store_endpoint(settings.store_url))
         for url in urls:
             parts = urlsplit(url or "")
             try:

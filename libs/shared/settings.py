@@ -98,6 +98,14 @@ class Settings(BaseSettings):
             "hosts (postgresql://user@db1:5432,db2:5432/boxcar?target_session_attrs=read-write)"
         ),
     )
+    store_url: str = Field(
+        default="",
+        description=(
+            "Where the archive's files live: empty (DATA_DIR itself) or s3://bucket[/prefix]?endpoint=http://host:9000 "
+            "(an S3-compatible store; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). With a bucket, "
+            "executors capture in a scratch dir and need no shared volume; DATA_DIR is a local cache"
+        ),
+    )
     db_pool_size: int = Field(
         default=5, ge=1, description="Postgres connections each process keeps open (SQLAlchemy pool_size)"
     )

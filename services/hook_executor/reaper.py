@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -114,8 +115,9 @@ def sweep_dead_workers(registry: Path) -> list[str]:
     if not dead:
         return []
     killed = kill_all(processes_with(WORKER_ENV, set(dead)))
-    for path in dead.values():
+    for worker_id, path in dead.items():
         path.unlink(missing_ok=True)
+        shutil.rmtree(registry.parent / "scratch" / worker_id, ignore_errors=True)  # its tasks' captures
     if killed or held:
         log.warning(
             "dead worker(s) %s: killed %d leftover process(es), handing back %d task(s)",

@@ -12,7 +12,9 @@ shutdown), every process it started is reaped.
 Every hook ends with an ArchiveResult: its own, or a ``failed`` one saying why it could not be
 had (binary missing, spawn error, a result that could not be recorded), or ``skipped``:
 ``cancelled`` when the crawl was cancelled (its running hooks are killed at once). After each
-hook its Process and ArchiveResult events are published; the caller publishes the returned
+hook its Process and ArchiveResult events are published (with a bucket as the store,
+``STORE_URL``: the task runs in a scratch dir, and its results are published together once its
+plugin dirs are in the bucket, ``TaskRun.run``); the caller publishes the returned
 ``TaskCompleted`` (with the page's HTTP status, final URL and discovered URLs) and only then
 acks the task.
 
@@ -29,8 +31,10 @@ import functools
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
@@ -47,6 +51,7 @@ from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.order import run_order, start_batches
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.shared import bus, metrics, telemetry
+from boxcar.shared.archive_store import ArchiveStore, StoreUnavailable
 from boxcar.shared.binaries import ESBUILD
 from boxcar.shared.clock import utcnow
 from boxcar.shared.egress import EgressPolicy, RuntimePorts, url_refusal
@@ -109,6 +114,7 @@ class TaskExecutor:
         self.egress = egress
         self.warm = warm
         self.policy = egress.policy if egress else EgressPolicy.from_settings(settings)
+        self.store = ArchiveStore.from_settings(settings)
         self.tmp_root = settings.data_dir / "tmp" / settings.machine_name
         self.browser = (
             BrowserSession(
@@ -242,7 +248,13 @@ class TaskRun:
         self.task = task
         self.cancelled = cancelled
         self.completed = TaskCompleted.of(task)
-        self.snap_dir = executor.settings.data_dir / task.snap_dir
+        #: with a bucket (``STORE_URL``) the task captures into a scratch dir of its own and its
+        #: results wait there until its files are in the bucket (``run``)
+        self.scratch = (
+            executor.tmp_root / "scratch" / executor.worker_id / task.task_id if executor.store.is_remote else None
+        )
+        self.pending: list[tuple[ArchiveResultRecord, ProcessRecord | None]] = []
+        self.snap_dir = (self.scratch or executor.settings.data_dir) / task.snap_dir
         self.tmp_dir = executor.tmp_root / "tasks" / task.task_id
         crawl_dir = browser_dir or (executor.settings.data_dir / task.crawl_dir if task.crawl_dir else self.snap_dir)
         self.dirs = {"SNAP_DIR": self.snap_dir, "CRAWL_DIR": crawl_dir, "TMP_DIR": self.tmp_dir}
@@ -257,12 +269,65 @@ class TaskRun:
         self.tab_lost = ""
 
     async def run(self) -> TaskCompleted:
+        """Run the task's hooks; with a bucket, first fetch the snapshot's earlier files into the
+        scratch dir and, after the hooks, put the task's plugin dirs in the bucket before any of
+        its results is published (a result never names a file the bucket does not have; a task
+        whose upload fails is retried whole, by redelivery).
+
+        Raises:
+            StoreUnavailable: the bucket did not answer for ``STORE_RETRY_S`` (nothing published).
+        """
+        if self.scratch is None:
+            return await self._run()
+        try:
+            await self._with_store(
+                "fetch its earlier files", self.x.store.download_tree, self.task.snap_dir, self.snap_dir
+            )
+            completed = await self._run()
+            plugins = sorted({h.plugin for h in self.x.catalog.snapshot_hooks(self.task.plugins)})
+            files, size = await self._with_store(
+                "upload its files", self.x.store.upload_tree, self.snap_dir, self.task.snap_dir, plugins
+            )
+            log.info("task %s: %d file(s), %d bytes put in %s", self.task.task_id, files, size, self.x.store.name)
+            for result, process in self.pending:
+                await self.x.publish_result(self.task, result, process)
+            return completed
+        finally:
+            await asyncio.to_thread(shutil.rmtree, self.scratch, True)
+
+    async def _publish(self, task: HookTask, result: ArchiveResultRecord, process: ProcessRecord | None = None) -> None:
+        """Publish a hook's result now, or (with a bucket) once the task's files are in it."""
+        if self.scratch is None:
+            await self.x.publish_result(task, result, process)
+        else:
+            self.pending.append((result, process))
+
+    async def _with_store[T](self, what: str, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` in a thread, retried with back-off while the store is unavailable, for
+        up to ``STORE_RETRY_S`` (the task's lease is kept alive meanwhile by the worker's heartbeats).
+
+        Raises:
+            StoreUnavailable: still unavailable after that.
+        """
+        deadline = time.monotonic() + STORE_RETRY_S
+        delay = 1.0
+        while True:
+            try:
+                return await asyncio.to_thread(call, *args)
+            except StoreUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("task %s: could not %s (%s); retrying in %.0f s", self.task.task_id, what, exc, delay)
+                await asyncio.sleep(delay)  # back-off before asking an unreachable store again
+                delay = min(delay * 2, 15.0)
+
+    async def _run(self) -> TaskCompleted:
         task = self.task
         hooks = self.x.catalog.snapshot_hooks(task.plugins)
         refusal = await asyncio.to_thread(url_refusal, self.x.policy, task.url)
         if refusal:  # the page itself may not be fetched: each hook skipped, the page marked refused
             for hook in hooks:
-                await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, refusal))
+                await self._publish(task, _result(task, hook, ResultStatus.SKIPPED, refusal))
             log.warning("task %s: %s", task.task_id, refusal)
             self.completed.refused = refusal
             return self.completed
@@ -282,7 +347,7 @@ class TaskRun:
             )
         except SecretUnavailable as exc:
             for hook in hooks:
-                await self.x.publish_result(task, _result(task, hook, ResultStatus.FAILED, str(exc)))
+                await self._publish(task, _result(task, hook, ResultStatus.FAILED, str(exc)))
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
             return self.completed
         self.env = env
@@ -315,17 +380,17 @@ class TaskRun:
         task, env = self.task, self.env
         hook = substitute(hook)
         if self.cancelled.is_set():
-            await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
+            await self._publish(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
             return
         if self.tab_lost and self._needs_tab(hook):
-            await self.x.publish_result(task, _result(task, hook, ResultStatus.FAILED, f"not run: {self.tab_lost}"))
+            await self._publish(task, _result(task, hook, ResultStatus.FAILED, f"not run: {self.tab_lost}"))
             return
         if self.x.catalog[hook.plugin].waits_for_background and self.background:
             await self._stop_background()
         try:
             binary_env = await env.binary_env(hook.plugin)
         except BinaryUnavailable as exc:
-            await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, str(exc)))
+            await self._publish(task, _result(task, hook, ResultStatus.SKIPPED, str(exc)))
             log.warning("%s %s skipped: %s", task.snapshot_id, hook.name, exc)
             return
         spawner = None
@@ -340,7 +405,7 @@ class TaskRun:
         # asked last, after every await that can take a while (binaries, warm interpreter), so a
         # cancel that lands while this hook was being prepared still stops it from starting
         if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
-            await self.x.publish_result(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
+            await self._publish(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
             return
         hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
         args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
@@ -360,9 +425,7 @@ class TaskRun:
             try:
                 await proc.start()
             except OSError as exc:
-                await self.x.publish_result(
-                    task, _result(task, hook, ResultStatus.FAILED, f"could not start the hook: {exc}")
-                )
+                await self._publish(task, _result(task, hook, ResultStatus.FAILED, f"could not start the hook: {exc}"))
                 return
             self.started.append(proc)
             if hook.is_background:
@@ -445,7 +508,7 @@ class TaskRun:
                 task, proc.hook, ResultStatus.FAILED, f"the hook's result could not be recorded: {exc!r}"[:500]
             )
             process = None
-        await self.x.publish_result(task, result, process)
+        await self._publish(task, result, process)
         if special.page_response is PageResponse.WGET_LOG:
             self.wget_log = env.redact(proc.stderr_head())
         navigation = special.page_response is PageResponse.NAVIGATION and "navigate" in proc.hook.name
@@ -509,6 +572,9 @@ class TaskRun:
             self.completed.network_error = response.network_error
             self.completed.retry_after = response.retry_after
 
+
+#: how long a task keeps retrying a store that does not answer before it is handed back (seconds)
+STORE_RETRY_S = 300.0
 
 #: how far back a connection the browser may still be reusing can have been opened (seconds)
 _KEEP_ALIVE_S = 900

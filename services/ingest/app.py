@@ -59,6 +59,7 @@ from boxcar.ingest.web.pwa import AppShell
 from boxcar.ingest.web.sso import SSOPages
 from boxcar.ingest.webhooks import WebhookService
 from boxcar.shared import bus, secrets, telemetry
+from boxcar.shared.archive_store import ArchiveStore, StoreUnavailable
 from boxcar.shared.db import Database
 from boxcar.shared.families import load_families
 from boxcar.shared.plugins import get_catalog
@@ -92,6 +93,16 @@ def database_unavailable(request: Request, exc: OperationalError) -> Response:
     log.error("%s %s: database unavailable: %s", request.method, request.url.path, str(exc).splitlines()[0][:300])
     return Response(
         {"status_code": 503, "detail": "the database is unavailable; try again shortly"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+def store_unavailable(request: Request, exc: StoreUnavailable) -> Response:
+    """The archive's store (``STORE_URL``) does not answer: 503, logged; the files are not lost."""
+    log.error("%s %s: %s", request.method, request.url.path, exc)
+    return Response(
+        {"status_code": 503, "detail": "the archive's file store is unavailable; try again shortly"},
         status_code=503,
         headers={"Retry-After": "5"},
     )
@@ -149,8 +160,10 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
     feeds = FeedService(service)
     url_schedules = UrlScheduleService(service)
     signals = Signals()
-    library = SnapshotLibrary(db, settings.data_dir, settings.public_reads, settings.archive_user)
-    archive_files = ArchiveFiles(db, settings)
+    library = SnapshotLibrary(
+        db, settings.data_dir, settings.public_reads, settings.archive_user, ArchiveStore.from_settings(settings)
+    )
+    archive_files = ArchiveFiles(db, settings, library.store)
     webhooks = WebhookService(db, settings)
 
     async def connect_nats(app: Litestar) -> None:
@@ -222,6 +235,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             RequestEntityTooLarge: too_large,
             OperationalError: database_unavailable,
             InterfaceError: database_unavailable,
+            StoreUnavailable: store_unavailable,
             LoginRequired: login_redirect,
             QuotaExceeded: over_quota,
             HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
@@ -310,13 +324,16 @@ def create_archive_app(settings: Settings, db: Database) -> Litestar:
     """The archive origin (``ARCHIVE_PORT``): archived files and WARC replay only, no UI or API,
     so archived scripts running there never run with Boxcar's origin. Logins come from the main
     origin's session cookie (same host, another port)."""
-    library = SnapshotLibrary(db, settings.data_dir, settings.public_reads, settings.archive_user)
-    archive_files = ArchiveFiles(db, settings)
+    library = SnapshotLibrary(
+        db, settings.data_dir, settings.public_reads, settings.archive_user, ArchiveStore.from_settings(settings)
+    )
+    archive_files = ArchiveFiles(db, settings, library.store)
     return Litestar(
         route_handlers=[ArchiveFilesController, ReplayController],
         exception_handlers={
             OperationalError: database_unavailable,
             InterfaceError: database_unavailable,
+            StoreUnavailable: store_unavailable,
             HTTP_500_INTERNAL_SERVER_ERROR: internal_error,
         },
         state=State({"db": db, "public_reads": settings.public_reads, "settings": settings, "is_archive_origin": True}),

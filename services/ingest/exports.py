@@ -31,7 +31,9 @@ from pathlib import Path
 from sqlalchemy import select
 
 from boxcar.ingest.access import Viewer
-from boxcar.ingest.library import SnapshotLibrary, readable_text
+from boxcar.ingest.library import SnapshotLibrary
+from boxcar.shared.archive_store import ArchiveStore
+from boxcar.shared.archive_text import readable_text
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Tag
 from boxcar.shared.messages import ResultStatus
@@ -184,9 +186,10 @@ def feed(rows: Iterable[dict], kind: str, *, title: str, base_url: str, self_url
 # --------------------------------------------------------------------------- WACZ
 
 
-def _warcs_and_pages(db: Database, data_dir: Path, ids: list[str]) -> tuple[list[Path], list[dict]]:
-    """The WARC files of the snapshots and one ``pages.jsonl`` record per snapshot that has one
-    (url, ts, title, and its readable text: ``library.readable_text``)."""
+def _warcs_and_pages(db: Database, store: ArchiveStore, cache: Path, ids: list[str]) -> tuple[list[Path], list[dict]]:
+    """The WARC files of the snapshots (local paths: ``store.local_copy`` under ``cache``) and one
+    ``pages.jsonl`` record per snapshot that has one (url, ts, title, and its readable text:
+    ``archive_text.readable_text``)."""
     warcs: list[Path] = []
     pages: list[dict] = []
     for i in range(0, len(ids), 500):
@@ -207,7 +210,7 @@ def _warcs_and_pages(db: Database, data_dir: Path, ids: list[str]) -> tuple[list
             snap = snaps.get(sid)
             if snap is None:
                 continue
-            base = data_dir / snap.output_dir
+            base = store.local_copy(snap.output_dir, cache)
             own = [
                 base / r.plugin / rel
                 for r in by_snapshot.get(sid, [])
@@ -218,7 +221,7 @@ def _warcs_and_pages(db: Database, data_dir: Path, ids: list[str]) -> tuple[list
             if not own:
                 continue
             warcs += own
-            text = readable_text(base, by_snapshot.get(sid, []))
+            text = readable_text(store, snap.output_dir, by_snapshot.get(sid, []))
             when = snap.downloaded_at or snap.created_at
             pages.append(
                 {
@@ -234,7 +237,8 @@ def _warcs_and_pages(db: Database, data_dir: Path, ids: list[str]) -> tuple[list
 
 def write_wacz(
     db: Database,
-    data_dir: Path,
+    store: ArchiveStore,
+    cache: Path,
     ids: list[str],
     out: Path,
     *,
@@ -251,7 +255,7 @@ def write_wacz(
     from wacz.main import main as wacz_main
 
     progress(f"collecting the WARCs of {len(ids)} snapshot(s)")
-    warcs, pages = _warcs_and_pages(db, data_dir, ids)
+    warcs, pages = _warcs_and_pages(db, store, cache, ids)
     if not warcs:
         raise ExportError("none of the selected snapshots has a WARC (the wget plugin writes them)")
     names: dict[str, Path] = {}

@@ -18,9 +18,9 @@ row 100,000 as at row 1, and every filter has an index (migration 0005).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +31,8 @@ from sqlalchemy.orm import Session
 
 from boxcar.ingest.access import Viewer, own_crawls, readable_snapshots, writable_snapshots
 from boxcar.shared import search
+from boxcar.shared.archive_store import ArchiveStore, StoreUnavailable
+from boxcar.shared.archive_text import readable_text
 from boxcar.shared.db import Database, attach_tags
 from boxcar.shared.db.models import (
     ArchiveResult,
@@ -43,10 +45,12 @@ from boxcar.shared.db.models import (
     url_hash,
 )
 from boxcar.shared.messages import ResultStatus, Seed, clean_tags, clean_text
-from boxcar.shared.quirks import hook_label, text_sources
+from boxcar.shared.quirks import hook_label
 from boxcar.shared.urls import InvalidURL, url_domain
 
 PAGE_SIZE = 50
+
+log = logging.getLogger("boxcar.ingest")
 
 
 class SnapshotBusy(Exception):
@@ -185,21 +189,8 @@ class TextChanges:
     truncated: bool = False
 
 
-#: readable text read per snapshot, and diff lines shown
-TEXT_LIMIT = 100_000
+#: diff lines shown
 DIFF_LINES = 400
-
-
-def readable_text(snapshot_dir: Path, results: Iterable[ArchiveResult]) -> str:
-    """A snapshot's readable text: the first succeeded text source (``quirks.text_sources``: the
-    search index's order) whose ``.txt``/``.md`` output exists, cut at ``TEXT_LIMIT``; "" when none."""
-    ok = {r.plugin: r for r in results if r.status == ResultStatus.SUCCEEDED}
-    for plugin in text_sources():
-        result = ok.get(plugin)
-        names = [rel for rel in (result.output_files or {}) if rel.endswith((".txt", ".md"))] if result else []
-        if names and (snapshot_dir / plugin / names[0]).is_file():
-            return (snapshot_dir / plugin / names[0]).read_text(errors="replace")[:TEXT_LIMIT]
-    return ""
 
 
 def encode_cursor(row: SnapshotRow) -> str:
@@ -218,16 +209,26 @@ def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
 class SnapshotLibrary:
     """The archive's snapshots for people: list, search, detail, tags, delete."""
 
-    def __init__(self, db: Database, data_dir: Path, public_reads: bool = False, operator_name: str = "system") -> None:
+    def __init__(
+        self,
+        db: Database,
+        data_dir: Path,
+        public_reads: bool = False,
+        operator_name: str = "system",
+        store: ArchiveStore | None = None,
+    ) -> None:
         """Args:
+        data_dir: ``DATA_DIR`` (with a bucket for ``store``, the local cache of its files).
         public_reads: ``PUBLIC_READS`` (admins' archives readable by anybody).
         operator_name: ``ARCHIVE_USER``, who acts as an admin.
+        store: where the files are (default: ``data_dir`` itself).
 
         Every method takes the caller as ``viewer`` (``access.Viewer``) and answers only with what
         it may read (``access.readable_snapshots``) or change (``access.writable_snapshots``): the
         rest reads as if it did not exist."""
         self.db = db
         self.data_dir = data_dir
+        self.store = store or ArchiveStore.local(data_dir)
         self.public_reads = public_reads
         self.operator_name = operator_name
 
@@ -486,10 +487,8 @@ class SnapshotLibrary:
             results: dict[str, list[ArchiveResult]] = defaultdict(list)
             for r in s.scalars(select(ArchiveResult).where(ArchiveResult.snapshot_id.in_(ids))):
                 results[r.snapshot_id].append(r)
-        now_text = readable_text(self.data_dir / snap.output_dir, results[snap.id])
-        before = next(
-            ((x, t) for x in earlier if (t := readable_text(self.data_dir / x.output_dir, results[x.id]))), None
-        )
+        now_text = readable_text(self.store, snap.output_dir, results[snap.id])
+        before = next(((x, t) for x in earlier if (t := readable_text(self.store, x.output_dir, results[x.id]))), None)
         if not now_text or before is None:
             return None
         previous, old_text = before
@@ -593,6 +592,11 @@ class SnapshotLibrary:
         return True
 
     def _remove_dir(self, output_dir: str) -> None:
+        if self.store.is_remote and output_dir.startswith("archive/"):
+            try:
+                self.store.delete_tree(output_dir)  # and the local cache of it below
+            except StoreUnavailable as exc:  # the rows are gone; the files are left, said so
+                log.warning("files of deleted snapshot dir %s left in the store: %s", output_dir, exc)
         archive = (self.data_dir / "archive").resolve()
         path = (self.data_dir / output_dir).resolve() if output_dir else None
         if path is not None and path != archive and path.is_relative_to(archive) and path.is_dir():

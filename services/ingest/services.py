@@ -26,6 +26,7 @@ from boxcar.ingest.api.schemas import (
 from boxcar.ingest.quotas import check_quota
 from boxcar.shared import importers, secrets, storage, telemetry
 from boxcar.shared.admission import Admission, PolicyError, admit, archived_keys
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.crawlconfig import ConfigError, CrawlConfig
 from boxcar.shared.db import Database, insert_seeds
@@ -104,6 +105,7 @@ class CrawlService:
     def __init__(self, db: Database, settings: Settings, catalog: PluginCatalog, families: FamilyTable) -> None:
         self.db = db
         self.settings = settings
+        self.store = ArchiveStore.from_settings(settings)  # the sources/ files
         self.catalog = catalog
         self.families = families
 
@@ -259,7 +261,7 @@ class CrawlService:
             paths = []
             for i, (data, ext) in enumerate(sources):
                 path = storage.source_path(now, crawl.id if len(sources) == 1 else f"{crawl.id}-{i + 1}", ext)
-                storage.write_atomic(self.settings.data_dir / path, importers.redact_credentials(data))
+                self.store.put_bytes(path, importers.redact_credentials(data))  # whole or not at all
                 paths.append(path)
             crawl.source_files = paths
             crawl.source_file = paths[0] if paths else None

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Snapshot, SnapshotTag, Status, Tag
-from boxcar.shared.storage import write_atomic
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -80,12 +79,13 @@ def index_lines(s: Session, snap: Snapshot) -> list[dict[str, Any]]:
     return [snapshot_record(snap, sorted(tags))] + [result_record(r) for r in ordered]
 
 
-def write_index(db: Database, data_dir: Path, snapshot_id: str) -> bool:
-    """Write a sealed snapshot's ``index.jsonl`` and set its ``indexed_at``; False when the
-    snapshot is not sealed (nothing to do yet).
+def write_index(db: Database, store: ArchiveStore, snapshot_id: str) -> bool:
+    """Write a sealed snapshot's ``index.jsonl`` (whole or not at all) to ``store`` and set its
+    ``indexed_at``; False when the snapshot is not sealed (nothing to do yet).
 
     Raises:
-        OSError: the file could not be written (``indexed_at`` stays NULL for the repair sweep).
+        OSError: the file could not be written, ``StoreUnavailable`` among them (``indexed_at``
+            stays NULL for the repair sweep).
     """
     with db.read() as s:
         snap = s.get(Snapshot, snapshot_id)
@@ -93,12 +93,11 @@ def write_index(db: Database, data_dir: Path, snapshot_id: str) -> bool:
             return False
         lines = index_lines(s, snap)
         seen = _results_version(s, snapshot_id)
-    snap_dir = data_dir / snap.output_dir
-    snap_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(snap_dir / "index.jsonl", "".join(json.dumps(line) + "\n" for line in lines).encode())
-    for child in snap_dir.iterdir():
-        if child.is_dir() and not any(child.iterdir()):
-            child.rmdir()
+    store.put_bytes(f"{snap.output_dir}/index.jsonl", "".join(json.dumps(line) + "\n" for line in lines).encode())
+    if store.local_root is not None:  # plugin dirs a hook made and left empty (a bucket has no dirs)
+        for child in (store.local_root / snap.output_dir).iterdir():
+            if child.is_dir() and not any(child.iterdir()):
+                child.rmdir()
     with db.write() as s:
         # Only if no result arrived meanwhile (that one marked it stale again and will rewrite it),
         # and only once every result of the plan is in (a late one rewrites the file anyway).

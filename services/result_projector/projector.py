@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from boxcar.result_projector import fulltext, index
 from boxcar.shared import bus, metrics, telemetry
+from boxcar.shared.archive_store import ArchiveStore, StoreUnavailable
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, insert_for
 from boxcar.shared.db.models import ArchiveResult, Binary, Process, Snapshot, Status
@@ -339,6 +340,7 @@ class ResultProjector:
     def __init__(self, settings: Settings, db: Database) -> None:
         self.settings = settings
         self.db = db
+        self.store = ArchiveStore.from_settings(settings)
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -400,7 +402,13 @@ class ResultProjector:
             batch.write(s)
             stale = refresh_snapshots(s, batch.touched)
         batch.count()  # committed
-        fulltext.index_snapshots(self.db, self.settings.data_dir, batch.searchable)
+        try:
+            fulltext.index_snapshots(self.db, self.store, batch.searchable)
+        except StoreUnavailable as exc:
+            # the rows are committed; the sealed snapshots' documents and index.jsonl files are
+            # written by the repair sweep once the store answers (their indexed_at stays NULL)
+            log.warning("search documents of %d snapshot(s) not written: %s; will retry", len(batch.searchable), exc)
+            return
         # a result of a snapshot still being archived changes no index.jsonl: only sealed ones
         for snapshot_id in batch.sealed | stale:
             self.index(snapshot_id)
@@ -409,7 +417,7 @@ class ResultProjector:
         """Write a sealed snapshot's ``index.jsonl`` from its rows; False when it is not sealed or
         the write failed (logged; the repair sweep tries again)."""
         try:
-            return index.write_index(self.db, self.settings.data_dir, snapshot_id)
+            return index.write_index(self.db, self.store, snapshot_id)
         except OSError as exc:
             log.error("index.jsonl of snapshot %s not written (%s); will retry", snapshot_id, exc)
             return False
@@ -429,4 +437,7 @@ class ResultProjector:
         """Index sealed snapshots whose index is missing or stale; returns how many were written."""
         with self.db.read() as s:
             ids = index.unindexed(s, utcnow() - timedelta(seconds=5), limit)
-        return sum(self.index(i) for i in ids)
+        written = [i for i in ids if self.index(i)]
+        if self.store.is_remote and written:  # their search documents may have missed the store too
+            fulltext.index_snapshots(self.db, self.store, written)
+        return len(written)

@@ -122,3 +122,39 @@ def test_store_urls(tmp_path):
     for bad in ["ftp://x/y", "s3://", "s3://key:secret@bucket/p"]:
         with pytest.raises(ValueError, match="STORE_URL"):
             ArchiveStore.from_url(bad, tmp_path)
+
+
+def test_a_second_download_writes_only_what_changed_and_a_local_copy_is_cached(store, tmp_path):
+    store.put_bytes(f"{SNAP}/wget/index.html", b"<html>one</html>")
+    store.put_bytes(f"{SNAP}/title/title.txt", b"Title")
+    cache = tmp_path / "cache"
+    local = store.local_copy(SNAP, cache, max_age=0)
+    assert (local / "wget" / "index.html").read_bytes() == b"<html>one</html>"
+    if store.is_remote:  # a bucket's files are copied once, then only what changed
+        assert local == cache / SNAP
+        assert store.download_tree(SNAP, local) == 0
+        store.put_bytes(f"{SNAP}/title/title.txt", b"A new title")
+        assert store.local_copy(SNAP, cache, max_age=3600) == local  # within max_age: not listed again
+        assert (local / "title" / "title.txt").read_bytes() == b"Title"
+        assert store.download_tree(SNAP, local) == 1
+        assert (local / "title" / "title.txt").read_bytes() == b"A new title"
+    else:  # the data dir is its own copy: nothing moves
+        assert local == store.local_root / SNAP
+        assert store.download_tree(SNAP, local) == 0
+
+
+def test_read_inside_stays_inside_its_directory(store, tmp_path):
+    store.put_bytes(f"{SNAP}/htmltotext/page.txt", b"x" * 100)
+    store.put_bytes(f"{SNAP}/wget/other.txt", b"other")
+    assert store.read_inside(f"{SNAP}/htmltotext/page.txt", f"{SNAP}/htmltotext") == b"x" * 100
+    assert store.read_inside(f"{SNAP}/htmltotext/page.txt", f"{SNAP}/htmltotext", limit=10) == b"x" * 10
+    with pytest.raises(FileNotFoundError):
+        store.read_inside(f"{SNAP}/wget/other.txt", f"{SNAP}/htmltotext")
+    with pytest.raises(FileNotFoundError):
+        store.read_inside(f"{SNAP}/htmltotext/none.txt", f"{SNAP}/htmltotext")
+    if store.local_root is not None:  # a link a hook planted, out of its plugin dir
+        secret = tmp_path / "host-secret.txt"
+        secret.write_text("not for the index")
+        (store.local_root / SNAP / "htmltotext" / "escape.txt").symlink_to(secret)
+        with pytest.raises(FileNotFoundError):
+            store.read_inside(f"{SNAP}/htmltotext/escape.txt", f"{SNAP}/htmltotext")

@@ -73,6 +73,18 @@ def test_every_server_of_a_nats_cluster_and_of_a_postgres_host_list_is_the_stack
     assert lan.check("10.0.1.3", 80) == "10.0.1.3"  # its neighbour is a LAN page
 
 
+def test_the_s3_server_of_store_url_is_the_stacks_own(tmp_path):
+    from boxcar.shared.settings import Settings
+
+    on_lan = Settings(data_dir=tmp_path, store_url="s3://archive/boxcar?endpoint=http://10.0.2.5:9000")
+    assert ("10.0.2.5", 9000) in EgressPolicy.from_settings(on_lan, environ={}).services
+    lan = EgressPolicy(allow_private=True, services=EgressPolicy.from_settings(on_lan, environ={}).services)
+    with pytest.raises(Refused, match="Boxcar's own services"):
+        lan.check("10.0.2.5", 9000)
+    local = EgressPolicy.from_settings(Settings(data_dir=tmp_path), environ={})
+    assert all(port != 9000 for _, port in local.services)
+
+
 def test_this_host_is_private_without_url_allow_private():
     policy = EgressPolicy(allow_private=False)
     for host in THIS_HOST_SPELLINGS:

@@ -71,7 +71,7 @@ async def export_response(
         path = Path(raw)
         try:
             await anyio.to_thread.run_sync(
-                lambda: exports.write_wacz(db, request.app.state.settings.data_dir, ids, path, title=title)
+                lambda: exports.write_wacz(db, library.store, library.data_dir, ids, path, title=title)
             )
         except exports.ExportError as exc:
             path.unlink(missing_ok=True)

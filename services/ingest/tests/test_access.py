@@ -22,6 +22,7 @@ from boxcar.ingest.api.auth import create_token
 from boxcar.ingest.app import create_app
 from boxcar.ingest.web import accounts
 from boxcar.result_projector import fulltext
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, attach_tags
 from boxcar.shared.db.models import (
@@ -134,7 +135,7 @@ def household(db: Database, tmp_path: Path):
             )
         )
         ids["alice"]["webhook"] = "d" * 32
-    fulltext.index_snapshots(db, data_dir, [ids["alice"]["snapshot"], ids["bob"]["snapshot"]])
+    fulltext.index_snapshots(db, ArchiveStore.local(data_dir), [ids["alice"]["snapshot"], ids["bob"]["snapshot"]])
     tokens = {
         "alice": create_token(db, "alice's script", owner="alice"),
         "bob": create_token(db, "bob's script", owner="bob"),

@@ -18,6 +18,7 @@ from boxcar.ingest.api.auth import create_token
 from boxcar.ingest.app import create_app
 from boxcar.ingest.web import accounts
 from boxcar.result_projector import fulltext
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Process, Snapshot, Status
@@ -88,7 +89,7 @@ def archive(db: Database, tmp_path: Path):
     os.symlink("/etc/passwd", root / "passwd")
     os.symlink(data_dir / "index.sqlite3", root / "wget" / "db")
     (data_dir / "index.sqlite3").touch()
-    fulltext.index_snapshots(db, data_dir, [sealed])
+    fulltext.index_snapshots(db, ArchiveStore.local(data_dir), [sealed])
     return {
         "db": db,
         "data_dir": data_dir,

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 
 from boxcar.ingest.access import Viewer, readable_snapshots
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Snapshot
 from boxcar.shared.settings import Settings
@@ -67,16 +68,23 @@ class ArchivedFile:
 class ArchiveFiles:
     """Finds snapshot files for ``/archive/…`` and says how to serve them."""
 
-    def __init__(self, db: Database, settings: Settings) -> None:
+    def __init__(self, db: Database, settings: Settings, store: ArchiveStore | None = None) -> None:
+        """``store``: where the files are (default ``DATA_DIR`` itself); from a bucket a snapshot's
+        files are served from a local copy under ``DATA_DIR`` (``ArchiveStore.local_copy``)."""
         self.db = db
         self.data_dir = settings.data_dir
+        self.store = store or ArchiveStore.local(settings.data_dir)
         self.mode = settings.archive_security_mode
         self.public_reads = settings.public_reads
         self.operator_name = settings.archive_user
 
     def snapshot_dir(self, snapshot_id: str, viewer: Viewer) -> Path | None:
         """The snapshot's directory, resolved, when ``viewer`` may read the snapshot
-        (``access.readable_snapshots``) and it exists inside ``DATA_DIR/archive``."""
+        (``access.readable_snapshots``) and it exists inside ``DATA_DIR/archive``.
+
+        Raises:
+            StoreUnavailable: the files are in a bucket that does not answer (a 503).
+        """
         if not SNAPSHOT_ID.match(snapshot_id):
             return None
         readable = readable_snapshots(viewer, self.public_reads, self.operator_name)
@@ -84,8 +92,13 @@ class ArchiveFiles:
             output_dir = s.scalar(select(Snapshot.output_dir).where(Snapshot.id == snapshot_id, readable))
         if not output_dir:
             return None
+        if not output_dir.startswith("archive/"):
+            return None
         archive = (self.data_dir / "archive").resolve()
-        path = (self.data_dir / output_dir).resolve()
+        try:
+            path = self.store.local_copy(output_dir, self.data_dir).resolve()
+        except ValueError:  # not a path inside the archive
+            return None
         return path if path.is_relative_to(archive) and path != archive and path.is_dir() else None
 
     def find(self, snapshot_id: str, path: str, viewer: Viewer) -> ArchivedFile | None:

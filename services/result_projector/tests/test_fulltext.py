@@ -12,6 +12,7 @@ from boxcar.ingest.library import SnapshotLibrary
 from boxcar.result_projector import fulltext
 from boxcar.result_projector.projector import ResultProjector
 from boxcar.shared import bus, search
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db.models import STARTED, Crawl, Snapshot
 from boxcar.shared.ids import new_id
@@ -73,5 +74,5 @@ def test_results_tags_and_reindex_keep_the_index(db, tmp_path: Path):
     with db.write() as s:
         search.remove_documents(s, [sid])
     assert library.search("bramble", viewer=ME) == []
-    assert fulltext.reindex(db, settings.data_dir) == 1
+    assert fulltext.reindex(db, ArchiveStore.local(settings.data_dir)) == 1
     assert [r.id for r in library.search("bramble", viewer=ME)] == [sid]
