@@ -26,6 +26,7 @@ import psutil
 from sqlalchemy import select
 
 from boxcar.cli.stack import free_port, nats_server_binary, wait_for_port
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
 from boxcar.shared.plugins import get_catalog
@@ -173,8 +174,10 @@ class Outcome:
         )
 
 
-def index_mismatches(db: Database, data_dir: Path, crawl_id: str) -> list[str]:
-    """Sealed snapshots whose ``index.jsonl`` does not list exactly their ArchiveResult rows."""
+def index_mismatches(db: Database, data_dir: Path | ArchiveStore, crawl_id: str) -> list[str]:
+    """Sealed snapshots whose ``index.jsonl`` (in ``data_dir``, or a bucket's store) does not list
+    exactly their ArchiveResult rows."""
+    store = data_dir if isinstance(data_dir, ArchiveStore) else ArchiveStore.local(data_dir)
     bad = []
     with db.read() as s:
         snaps = list(s.scalars(select(Snapshot).where(Snapshot.crawl_id == crawl_id, Snapshot.attempts > 0)))
@@ -187,9 +190,8 @@ def index_mismatches(db: Database, data_dir: Path, crawl_id: str) -> list[str]:
             )
         )
     for snap in snaps:
-        path = data_dir / snap.output_dir / "index.jsonl"
         try:
-            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            lines = [json.loads(line) for line in store.get_bytes(f"{snap.output_dir}/index.jsonl").splitlines()]
         except OSError:
             bad.append(f"{snap.id}: no index.jsonl")
             continue
@@ -208,12 +210,13 @@ def outcome(
     *,
     restarted_at: datetime | None,
     peak: int,
-    data_dir: Path | None = None,
+    data_dir: Path | ArchiveStore | None = None,
+    plugins: list[str] = PLUGINS,
 ) -> Outcome:
     """Check a finished crawl: every URL one sealed snapshot, one result per hook of the plan,
     nothing open, no orphan, each ``index.jsonl`` equal to its rows (with ``data_dir``);
     ``recovery`` is the first seal after ``restarted_at``."""
-    hooks = {h.name for h in get_catalog().snapshot_hooks(PLUGINS)}
+    hooks = {h.name for h in get_catalog().snapshot_hooks(plugins)}
     with db.read() as s:
         crawl = s.get(Crawl, crawl_id)
         snaps = list(s.scalars(select(Snapshot).where(Snapshot.crawl_id == crawl_id, Snapshot.depth == 0)))
