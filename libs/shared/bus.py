@@ -35,6 +35,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 import nats
@@ -56,6 +57,9 @@ from nats.js.object_store import ObjectStore
 
 from boxcar.shared import metrics, telemetry
 from boxcar.shared.messages import encode
+
+if TYPE_CHECKING:
+    from boxcar.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +207,19 @@ async def connect(servers: list[str], name: str) -> NATS:
         allow_reconnect=True,
         error_cb=_error,
     )
+
+
+async def open_jetstream(settings: Settings, name: str) -> tuple[NATS, JetStreamContext]:
+    """A service's connection as its deployment configures it: ``connect`` to every server of
+    ``NATS_URL`` and ``ensure_streams`` with ``NATS_REPLICAS`` copies; returns ``(nc, js)``.
+
+    Raises:
+        RuntimeError: ``NATS_REPLICAS`` above 1 on a server outside a cluster (``ensure_streams``).
+    """
+    nc = await connect(settings.nats_servers, name)
+    js = nc.jetstream()
+    await ensure_streams(js, settings.nats_replicas)
+    return nc, js
 
 
 #: Seconds a service's start-up calls to JetStream (streams, buckets, consumers) keep retrying

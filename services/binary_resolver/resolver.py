@@ -164,9 +164,7 @@ class BinaryResolver:
         self._stop.set()
 
     async def run(self) -> None:
-        nc = await bus.connect(self.settings.nats_servers, "binary-resolver")
-        self.js = nc.jetstream()
-        await bus.ensure_streams(self.js, self.settings.nats_replicas)
+        nc, self.js = await bus.open_jetstream(self.settings, "binary-resolver")
         self.settings.lib_dir.mkdir(parents=True, exist_ok=True)
         subject = bus.binary_resolve_subject(self.settings.binaries_site)
         await nc.subscribe(subject, queue="binary-resolver", cb=self._on_request)

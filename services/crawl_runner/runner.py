@@ -94,9 +94,8 @@ class CrawlRunner:
 
     async def run(self) -> None:
         """Connect, make sure streams, consumers and buckets exist, and work until ``stop()``."""
-        nc = await bus.connect(self.settings.nats_servers, f"crawl-runner {self.runner_id}")
-        self.js = js = nc.jetstream()
-        await bus.ensure_streams(js, self.settings.nats_replicas)
+        nc, js = await bus.open_jetstream(self.settings, f"crawl-runner {self.runner_id}")
+        self.js = js
         md = self.settings.runner_max_deliver
         await bus.ensure_consumer(
             js, bus.EVENTS_STREAM, bus.RUNNER_CONSUMER, bus.SUBJECT_TASK_EVENTS, ack_wait=15, max_deliver=md

@@ -70,9 +70,7 @@ class HookExecutor:
         self._stop.set()
 
     async def run(self, shutdown_grace: float = 20.0) -> None:
-        nc = await bus.connect(self.settings.nats_servers, f"hook-executor {self.family}")
-        js = nc.jetstream()
-        await bus.ensure_streams(js, self.settings.nats_replicas)
+        nc, js = await bus.open_jetstream(self.settings, f"hook-executor {self.family}")
         durable = bus.family_consumer(self.family)
         await bus.ensure_consumer(
             js,

@@ -347,9 +347,7 @@ class ResultProjector:
         self._stop.set()
 
     async def run(self) -> None:
-        nc = await bus.connect(self.settings.nats_servers, "result-projector")
-        js = nc.jetstream()
-        await bus.ensure_streams(js, self.settings.nats_replicas)
+        nc, js = await bus.open_jetstream(self.settings, "result-projector")
         max_deliver = self.settings.runner_max_deliver
         await bus.ensure_consumer(
             js,

@@ -78,9 +78,7 @@ class WebhookSender:
         self._wake.set()
 
     async def run(self) -> None:
-        nc = await bus.connect(self.settings.nats_servers, "webhook-sender")
-        js = nc.jetstream()
-        await bus.ensure_streams(js, self.settings.nats_replicas)
+        nc, js = await bus.open_jetstream(self.settings, "webhook-sender")
         max_deliver = self.settings.runner_max_deliver
         consumers = (
             (bus.WEBHOOK_SNAPSHOT_CONSUMER, bus.SUBJECT_SNAPSHOT_SEALED),
