@@ -540,10 +540,12 @@ def import_collection(
     """Import the ArchiveBox collection at ``source`` into ``db``/``data_dir`` for ``user``.
 
     ``store``: where the archive's files live (``STORE_URL``; default ``data_dir``): from a bucket,
-    each imported snapshot's files are put there after they were placed in ``data_dir``.
+    each imported snapshot's files are put there after they were placed in ``data_dir`` and before
+    its rows are written.
 
     Raises:
-        StoreUnavailable: the bucket did not answer (the rows are in; run the import again).
+        StoreUnavailable: the bucket did not answer (the snapshots imported so far are complete;
+            run the import again for the rest).
 
     With ``dry_run`` nothing is written (``db`` may be None: an archive that doesn't exist yet has
     nothing in it) and the report counts what a real run would import.
@@ -579,6 +581,7 @@ def import_collection(
     if dry_run or not new:
         return report
     assert db is not None
+    store = store or ArchiveStore.local(data_dir)
     placer = FilePlacer(report, link)
     # 0.7 has no crawls and no collection id: its first snapshot (never changed by adding more)
     # names the collection's one crawl, so a copy or a moved collection maps to the same crawl
@@ -591,7 +594,7 @@ def import_collection(
         if crawl_key not in crawls:
             crawls[crawl_key] = crawl_id
             _ensure_crawl(db, crawl_id, user, snap.url, source, collection.version, report)
-        if _import_snapshot(db, data_dir, snap, ids[snap.id], crawl_id, user, placer, report):
+        if _import_snapshot(db, data_dir, snap, ids[snap.id], crawl_id, user, placer, report, store):
             report.snapshot_ids.append(ids[snap.id])
         if progress:
             progress(done, len(new))
@@ -603,12 +606,6 @@ def import_collection(
                 crawl.seed_count = crawl.seeded = int(count or 0)
     from boxcar.result_projector import fulltext, index
 
-    store = store or ArchiveStore.local(data_dir)
-    if store.is_remote:
-        with db.read() as s:
-            dirs = list(s.scalars(select(Snapshot.output_dir).where(Snapshot.id.in_(report.snapshot_ids))))
-        for out_dir in dirs:
-            store.upload_tree(data_dir / out_dir, out_dir)
     for sid in report.snapshot_ids:
         index.write_index(db, store, sid)
     fulltext.index_snapshots(db, store, report.snapshot_ids)
@@ -649,8 +646,10 @@ def _import_snapshot(
     user: str,
     placer: FilePlacer,
     report: ImportReport,
+    store: ArchiveStore,
 ) -> bool:
-    """One snapshot's files, then its rows; False when its URL is already in that crawl."""
+    """One snapshot's files (put in ``store`` when it is a bucket), then its rows; False when its
+    URL is already in that crawl."""
     from boxcar.shared.messages import Seed
 
     try:
@@ -693,6 +692,8 @@ def _import_snapshot(
                 notes=r.notes,
             )
         )
+    if store.is_remote:
+        store.upload_tree(data_dir / out_dir, out_dir)
     now = utcnow()
     with db.write() as s:
         key = dedup_key(user, hashed)

@@ -59,9 +59,9 @@ def import_archivebox(data_dir, path: Path, user: str | None, link: bool, dry_ru
                 link=link,
                 dry_run=dry_run,
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
-                store=ArchiveStore.from_settings(settings),
+                store=None if dry_run else ArchiveStore.from_settings(settings),  # a dry run writes nothing
             )
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # StoreUnavailable among them: the bucket did not answer
         fail(str(exc))
     finally:
         if db is not None:

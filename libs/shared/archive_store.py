@@ -30,11 +30,13 @@ is a no-op and every service works in ``DATA_DIR`` as before.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path, PurePosixPath
@@ -45,23 +47,33 @@ import obstore
 from obstore.exceptions import BaseError, NotFoundError
 from obstore.store import LocalStore, S3Store
 
+from boxcar.shared.storage import write_atomic
+
 if TYPE_CHECKING:
     from obstore.store import S3Config
+
+log = logging.getLogger("boxcar.archive_store")
 
 #: How long one request to a remote store keeps being retried (obstore's backoff) before the
 #: caller gets ``StoreUnavailable``; the task it belongs to is then redelivered later.
 RETRY_TIMEOUT = timedelta(seconds=20)
 
 
-def store_endpoint(url: str) -> str:
+def store_endpoint(url: str, environ: Mapping[str, str] | None = None) -> str:
     """The S3 endpoint a ``STORE_URL`` talks to (its ``endpoint=`` parameter, else
-    ``AWS_ENDPOINT_URL``); "" for the local store or AWS itself. The egress policy refuses it to
-    hooks: a store on the LAN is one of the stack's own services."""
+    ``AWS_ENDPOINT_URL`` of ``environ``, default ``os.environ``); "" for the local store or AWS
+    itself."""
     parts = urlsplit(url)
     if parts.scheme != "s3":
         return ""
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    return query.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", "")
+    return query.get("endpoint") or (os.environ if environ is None else environ).get("AWS_ENDPOINT_URL", "")
+
+
+#: the environment a bucket's client is configured from (``from_url``)
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL")
+_SHARED: dict[tuple[str, ...], ArchiveStore] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 class StoreUnavailable(OSError):
@@ -110,8 +122,18 @@ class ArchiveStore:
 
     @classmethod
     def from_settings(cls, settings: Any) -> ArchiveStore:
-        """The store ``STORE_URL`` names (``from_url``), for a ``Settings``."""
-        return cls.from_url(settings.store_url, settings.data_dir)
+        """The store ``STORE_URL`` names (``from_url``), for a ``Settings``: one instance per
+        process for the same URL, data dir and credentials (the UI's two apps and the services in
+        one process share its local copies and their locks).
+
+        Raises:
+            ValueError: as ``from_url``.
+        """
+        key = (settings.store_url, str(settings.data_dir), *(os.environ.get(k, "") for k in _CREDENTIALS))
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                _SHARED[key] = cls.from_url(settings.store_url, settings.data_dir)
+            return _SHARED[key]
 
     @classmethod
     def local(cls, data_dir: Path) -> ArchiveStore:
@@ -132,6 +154,8 @@ class ArchiveStore:
         """
         parts = urlsplit(url)
         if parts.scheme in ("", "file"):
+            if parts.path.strip("/") and Path(parts.path).resolve() != data_dir.resolve():
+                raise ValueError(f"STORE_URL={url!r}: the local store is DATA_DIR itself; set DATA_DIR to that path")
             return cls.local(data_dir)
         if parts.scheme != "s3" or not parts.hostname:
             raise ValueError(f"STORE_URL must be file: or s3://bucket[/prefix], not {url!r}")
@@ -161,8 +185,17 @@ class ArchiveStore:
     # --- one object
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        """Write ``data`` (whole or not at all) to ``key``, replacing what was there."""
-        self._call("put", key, lambda: obstore.put(self.store, check_key(key), data))
+        """Write ``data`` (whole or not at all) to ``key``, replacing what was there. On the local
+        store: ``storage.write_atomic`` (a private temp file, fsync, rename), as Boxcar has always
+        written its own files there."""
+        check_key(key)
+        if self.local_root is not None:
+            try:
+                write_atomic(self.local_root / key, data)
+            except OSError as exc:
+                raise StoreUnavailable(f"{self.name}: put {key} failed: {exc}") from exc
+            return
+        self._call("put", key, lambda: obstore.put(self.store, key, data))
 
     def put_file(self, key: str, path: Path) -> None:
         """Write the file at ``path`` to ``key`` (streamed; multipart above 5 MiB on S3)."""
@@ -210,9 +243,11 @@ class ArchiveStore:
         """Put every file under ``local_dir`` (or under its subdirectories ``only``, e.g. the
         plugin dirs of one task) at ``prefix/<relative path>``; returns ``(files, bytes)``.
 
-        A symlink is stored as a copy of its target when the target is inside ``local_dir`` and
-        left out otherwise (a hook's link must not carry a host file into the archive). Safe to
-        repeat; from inside the local store's own root it writes nothing (the files are there).
+        A symlink (to a file, or a linked directory on the way) is stored as a copy of its target
+        when the target is inside ``local_dir`` and left out otherwise (a hook's link must not carry
+        a host file into the archive). A file whose name cannot be a key (a backslash, bytes that
+        are not UTF-8) is left out and logged, not allowed to fail the rest. Safe to repeat; from
+        inside the local store's own root it writes nothing (the files are there).
         """
         check_key(prefix)
         local_dir = local_dir.resolve()
@@ -223,6 +258,12 @@ class ArchiveStore:
         for root in roots:
             for path in _files_under(root, local_dir):
                 key = f"{prefix}/{path.relative_to(local_dir).as_posix()}"
+                try:
+                    key.encode("utf-8")
+                    check_key(key)
+                except (ValueError, UnicodeError):
+                    log.warning("%s: not stored, its name cannot be a key: %r", self.name, key)
+                    continue
                 self.put_file(key, path)
                 files += 1
                 size += path.stat().st_size
@@ -249,12 +290,18 @@ class ArchiveStore:
             except FileNotFoundError:
                 pass
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.part")
-            with open(tmp, "wb") as out:
-                for chunk in self.iter_bytes(key):
-                    out.write(chunk)
-            os.utime(tmp, (stamp, stamp))
-            os.replace(tmp, target)
+            # a temp file of its own: two readers of one snapshot (two apps, two processes on one
+            # cache) each write a whole file and the last rename wins
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    for chunk in self.iter_bytes(key):
+                        out.write(chunk)
+                os.utime(tmp, (stamp, stamp))
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
             count += 1
         return count
 
@@ -332,8 +379,9 @@ class ArchiveStore:
 
 
 def _files_under(root: Path, top: Path) -> Iterator[Path]:
-    """Regular files under ``root`` (itself one), symlinks to files inside ``top`` included,
-    sorted; nothing when ``root`` does not exist."""
+    """Regular files under ``root`` (itself one) whose real path is inside ``top`` (``top``
+    resolved), sorted; nothing when ``root`` does not exist. A symlink to a file inside ``top``
+    counts; anything reached through a link out of ``top`` (a file, or a linked directory) does not."""
     if root.is_file():
         candidates = [root]
     elif root.is_dir():
@@ -341,7 +389,7 @@ def _files_under(root: Path, top: Path) -> Iterator[Path]:
     else:
         candidates = []
     for path in candidates:
-        if path.is_symlink() and not path.resolve().is_relative_to(top):
+        if not path.resolve().is_relative_to(top):
             continue
         yield path
 

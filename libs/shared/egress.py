@@ -220,7 +220,7 @@ class EgressPolicy(msgspec.Struct, frozen=True):
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> EgressPolicy:
         """The policy for this deployment: ``URL_ALLOW_PRIVATE``, the service URLs in the settings
         (each server of ``NATS_URL`` and its monitoring port, each host of ``DATABASE_URL``, the
-        API, ``ARCHIVE_PORT``, ``METRICS_PORT``, the S3 endpoint of ``STORE_URL``),
+        API, ``ARCHIVE_PORT``, ``METRICS_PORT``, the S3 endpoint of ``STORE_URL`` unless public),
         ``EGRESS_SERVICES`` (extra ``host:port``, comma-separated) and ``URL_ALLOWLIST``'s domains."""
         environ = os.environ if environ is None else environ
         services: list[tuple[str, int]] = []
@@ -237,8 +237,12 @@ class EgressPolicy(msgspec.Struct, frozen=True):
             urls.append(f"http://{settings.metrics_host}:{settings.metrics_port}")
         from boxcar.shared.archive_store import store_endpoint
 
-        if store_endpoint(settings.store_url):  # an S3 server of the stack's own (on AWS: none)
-            urls.append(store_endpoint(settings.store_url))
+        endpoint = store_endpoint(settings.store_url, environ)
+        host = urlsplit(endpoint).hostname or ""
+        # an S3 server of the stack's own (on the LAN, or a name not resolvable yet); a public
+        # endpoint (R2, B2, ... behind shared addresses) is not: refusing it would refuse its neighbours
+        if host and not any(_is_public(ip) for ip in resolve(host)):
+            urls.append(endpoint)
         for url in urls:
             parts = urlsplit(url or "")
             try:

@@ -118,6 +118,12 @@ class HookExecutor:
             self.warm,
         )
         self.js = js
+        if self.executor.store.is_remote and not self.settings.secret_key:
+            log.warning(
+                "the archive is in %s but SECRET_KEY is not set: this executor uses a key file of its own "
+                "data dir, so crawls with credentials fail here; set the stack's SECRET_KEY",
+                self.executor.store.name,
+            )
         log.info("hook-executor %s ready (worker %s, concurrency %d)", self.family, self.worker_id, self.concurrency)
         sweeper = asyncio.create_task(self._sweep(nc, registry))
         try:

@@ -416,7 +416,7 @@ class ResultProjector:
         the write failed (logged; the repair sweep tries again)."""
         try:
             return index.write_index(self.db, self.store, snapshot_id)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: an output_dir that is no archive key
             log.error("index.jsonl of snapshot %s not written (%s); will retry", snapshot_id, exc)
             return False
 
@@ -435,7 +435,8 @@ class ResultProjector:
         """Index sealed snapshots whose index is missing or stale; returns how many were written."""
         with self.db.read() as s:
             ids = index.unindexed(s, utcnow() - timedelta(seconds=5), limit)
-        written = [i for i in ids if self.index(i)]
-        if self.store.is_remote and written:  # their search documents may have missed the store too
-            fulltext.index_snapshots(self.db, self.store, written)
-        return len(written)
+        if self.store.is_remote and ids:
+            # their search documents may have missed the store too: written first, because
+            # index() marks a snapshot done (a store that fails here leaves both for the next sweep)
+            fulltext.index_snapshots(self.db, self.store, ids)
+        return sum(self.index(i) for i in ids)

@@ -6,6 +6,7 @@ store that cannot be reached."""
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -158,3 +159,65 @@ def test_read_inside_stays_inside_its_directory(store, tmp_path):
         (store.local_root / SNAP / "htmltotext" / "escape.txt").symlink_to(secret)
         with pytest.raises(FileNotFoundError):
             store.read_inside(f"{SNAP}/htmltotext/escape.txt", f"{SNAP}/htmltotext")
+
+
+def test_names_that_cannot_be_keys_and_links_out_through_a_directory_are_left_out(store, tmp_path):
+    task = tmp_path / "scratch" / "snap"
+    (task / "gallerydl").mkdir(parents=True)
+    (task / "gallerydl" / "ok.jpg").write_bytes(b"jpg")
+    (task / "gallerydl" / "a\\b.jpg").write_bytes(b"a backslash from a title")
+    os.close(os.open(os.fsencode(task / "gallerydl") + b"/\xff-not-utf8.jpg", os.O_CREAT | os.O_WRONLY, 0o644))
+    elsewhere = tmp_path / "host-dir"
+    elsewhere.mkdir()
+    (elsewhere / "secret.txt").write_text("not for the archive")
+    (task / "wget").symlink_to(elsewhere, target_is_directory=True)  # a plugin dir that is a link out
+
+    files, _ = store.upload_tree(task, SNAP, only=["gallerydl", "wget"])
+    assert files == 1
+    assert [f.key for f in store.list(SNAP)] == [f"{SNAP}/gallerydl/ok.jpg"]
+
+
+def test_two_stores_copying_one_snapshot_at_once_each_get_it_whole(store, tmp_path):
+    import threading
+
+    if not store.is_remote:  # the data dir is its own copy: nothing is copied, nothing can collide
+        assert store.local_copy(SNAP, tmp_path / "cache") == store.local_root / SNAP
+        assert not (tmp_path / "cache").exists()
+        return
+    for i in range(20):
+        store.put_bytes(f"{SNAP}/wget/page-{i}.html", bytes([i]) * 50_000)
+    twin = ArchiveStore(store.store, store.name)  # the UI's two apps in one process, before sharing
+    cache, errors = tmp_path / "cache", []
+
+    def copy(s: ArchiveStore) -> None:
+        try:
+            s.local_copy(SNAP, cache, max_age=0)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=copy, args=(s,)) for s in (store, twin) * 4]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for i in range(20):
+        assert (cache / SNAP / "wget" / f"page-{i}.html").read_bytes() == bytes([i]) * 50_000
+    assert not list((cache / SNAP).rglob("*.part"))
+
+
+def test_the_local_store_writes_private_files(tmp_path):
+    store = ArchiveStore.local(tmp_path / "data")
+    store.put_bytes("sources/20261204-import.txt", b"https://example.com/private-bookmark")
+    path = tmp_path / "data" / "sources" / "20261204-import.txt"
+    assert path.read_bytes() == b"https://example.com/private-bookmark"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # as storage.write_atomic has always made them
+
+
+def test_a_file_url_names_the_data_dir_or_is_refused(tmp_path):
+    assert (
+        ArchiveStore.from_url(f"file://{tmp_path / 'data'}", tmp_path / "data").local_root
+        == (tmp_path / "data").resolve()
+    )
+    with pytest.raises(ValueError, match="set DATA_DIR"):
+        ArchiveStore.from_url("file:///elsewhere", tmp_path / "data")

@@ -83,6 +83,8 @@ def test_the_s3_server_of_store_url_is_the_stacks_own(tmp_path):
         lan.check("10.0.2.5", 9000)
     local = EgressPolicy.from_settings(Settings(data_dir=tmp_path), environ={})
     assert all(port != 9000 for _, port in local.services)
+    public = Settings(data_dir=tmp_path, store_url="s3://archive?endpoint=https://8.8.8.8")
+    assert ("8.8.8.8", 443) not in EgressPolicy.from_settings(public, environ={}).services  # a CDN's neighbours
 
 
 def test_this_host_is_private_without_url_allow_private():

@@ -76,6 +76,9 @@ async def export_response(
         except exports.ExportError as exc:
             path.unlink(missing_ok=True)
             raise Unprocessable(detail=str(exc)) from None
+        except BaseException:  # the store did not answer (a 503), or anything else: no file left behind
+            path.unlink(missing_ok=True)
+            raise
         return File(path, filename=f"{name[:80]}.wacz", media_type=media_type, background=BackgroundTask(path.unlink))
     rows = exports.records(library, ids, viewer)
     if format in ("rss", "atom"):
