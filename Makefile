@@ -12,12 +12,14 @@
 #   make compose-test   build, start, archive, scale, kill, restart, down/up, down -v: one summary line
 #   make compose-test-cluster   the same on the `cluster` profile (three NATS servers), one of them
 #                       SIGKILLed mid-crawl too; not part of make test (about 12 more minutes)
+#   make compose-test-store     the cluster's test with the archive in an S3 bucket (moto's server)
+#                       and the executors on no volume of ingest's; not part of make test either
 SHELL := /bin/sh
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check test-archivebox-import typecheck install system-deps up lint bench clean compose-up compose-down compose-test compose-test-cluster extension extension-lint
+.PHONY: run test check test-archivebox-import typecheck install system-deps up lint bench clean compose-up compose-down compose-test compose-test-cluster compose-test-store extension extension-lint
 
 run: install
 	$(VENV)/bin/boxcar install
@@ -95,6 +97,9 @@ compose-test:
 
 compose-test-cluster:
 	BOXCAR_COMPOSE_CLUSTER=1 $(PYTHON3) scripts/compose_test.py
+
+compose-test-store:
+	BOXCAR_COMPOSE_STORE=1 $(PYTHON3) scripts/compose_test.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -29,8 +29,10 @@ the official Python image. When podman builds, the host's CA bundle is mounted i
 Environment: BOXCAR_COMPOSE_PROJECT (default boxcar), BOXCAR_API_PUBLISH (host port of the API,
 default 8000; e.g. 127.0.0.1:8000), URL_ALLOW_PRIVATE (true to archive pages on your LAN),
 BOXCAR_ENGINE (docker|podman), BOXCAR_BUILD_CA (CA bundle to mount, '' for none),
-COMPOSE_ENV_FILE (an env file of the repository whose variables apply to every command, e.g.
-deploy/cluster.env for the three-server NATS cluster; its COMPOSE_PROFILES become --profile flags).
+COMPOSE_ENV_FILE (env files of the repository, comma-separated, whose variables apply to every
+command, e.g. deploy/cluster.env for the three-server NATS cluster, deploy/store.env for executors
+on a volume of their own; COMPOSE_PROFILES become --profile flags), BOXCAR_COMPOSE_EXTRA (more
+compose files, comma-separated, after the others; the compose test's S3 server).
 """
 
 from __future__ import annotations
@@ -263,9 +265,12 @@ class Stack:
             local = os.environ.get("BOXCAR_COMPOSE_LOCAL", "1").lower() not in ("0", "false", "no")
         self.local = local
         self.files = ["docker-compose.yml"] + (["deploy/compose.local.yml"] if local else [])
-        # COMPOSE_ENV_FILE (e.g. deploy/cluster.env): its variables as if they were set here
-        self.env_file = os.environ.get("COMPOSE_ENV_FILE", "")
-        self.file_env = env_file_values(REPO / self.env_file) if self.env_file else {}
+        self.files += [f.strip() for f in os.environ.get("BOXCAR_COMPOSE_EXTRA", "").split(",") if f.strip()]
+        # COMPOSE_ENV_FILE (e.g. deploy/cluster.env): their variables as if they were set here
+        self.file_env: dict[str, str] = {}
+        for name in os.environ.get("COMPOSE_ENV_FILE", "").split(","):
+            if name.strip():
+                self.file_env.update(env_file_values(REPO / name.strip()))
 
     # compose
     def env(self) -> dict:
@@ -420,7 +425,7 @@ class Stack:
         # would leave replicas added by --scale running with their old configuration)
         self.remove(self.scaled_replicas())
         services = self.services()
-        infra = [s for s in services if s == "postgres" or s == "nats" or s.startswith("nats-")]
+        infra = [s for s in services if s in ("postgres", "nats", "s3") or s.startswith("nats-")]
         self.compose("up", "-d", "--no-deps", *infra)
         self.wait_healthy(infra, timeout=120)
         say(f"{' and '.join(infra)} healthy after {time.monotonic() - started:.0f}s")

@@ -22,6 +22,14 @@ replicas, and in step 4 the NATS server `nats-2` gets SIGKILL too, right after t
 executor, and must come back by its restart policy while the crawl goes on; step 5 also checks
 that no hook has two results in a snapshot.
 
+With BOXCAR_COMPOSE_STORE=1 (`make compose-test-store`; the cluster profile too) the archive is
+in an S3 bucket (deploy/store.env, STORE_URL) on the test's S3 server (tests/compose/s3.yml: moto's
+server, built locally), and the executors and the binary-resolver run on a scratch volume of their
+own: step 2 checks that none of them mounts the data volume; step 5 opens every output file of
+every snapshot of the first crawl through the archive origin and compares it with the bucket's
+listing, and checks each snapshot's `index.jsonl` in the bucket against its rows; step 6 checks
+the rows only (the test's S3 server keeps objects in memory: `down` loses them).
+
 Ends with one summary line. Stdlib only; run as root where podman must be installed.
 Environment: BOXCAR_SHARED_DIR (default ../shared), BOXCAR_COMPOSE_KEEP=1 (leave the stack up
 when a step fails), BOXCAR_COMPOSE_PAGES (default 20).
@@ -53,7 +61,37 @@ PAGES = int(os.environ.get("BOXCAR_COMPOSE_PAGES", "20"))
 MORE = 6  # the second crawl, submitted once the scaled replicas are healthy
 SCALED = "hook-executor-fetch"
 KILLED = "hook-executor-browser"
-CLUSTER = os.environ.get("BOXCAR_COMPOSE_CLUSTER", "") not in ("", "0", "false", "no")
+STORE = os.environ.get("BOXCAR_COMPOSE_STORE", "") not in ("", "0", "false", "no")
+CLUSTER = STORE or os.environ.get("BOXCAR_COMPOSE_CLUSTER", "") not in ("", "0", "false", "no")
+S3_IMAGE = "localhost/boxcar-s3-test:latest"
+#: run in the ingest container: the bucket's files under archive/, one "path<TAB>size" line each
+BUCKET_LIST = (
+    "from boxcar.shared.archive_store import ArchiveStore; from boxcar.shared.settings import Settings\n"
+    "for f in ArchiveStore.from_settings(Settings()).list('archive'): print(f\"{f.key[8:]}\\t{f.size}\")"
+)
+#: run in the ingest container: sealed snapshots whose index.jsonl in the store does not list
+#: exactly their ArchiveResult rows (plugin, hook, status), one line each; "checked N" at the end
+INDEX_CHECK = """
+import collections, json
+from sqlalchemy import select
+from boxcar.shared.archive_store import ArchiveStore
+from boxcar.shared.db import Database
+from boxcar.shared.db.models import ArchiveResult, Snapshot
+from boxcar.shared.settings import Settings
+settings = Settings()
+store, db = ArchiveStore.from_settings(settings), Database.for_settings(settings)
+with db.read() as s:
+    snaps = list(s.scalars(select(Snapshot).where(Snapshot.status == "sealed", Snapshot.attempts > 0)))
+    rows = collections.Counter(s.execute(select(ArchiveResult.snapshot_id, ArchiveResult.plugin,
+        ArchiveResult.hook_name, ArchiveResult.status)).all())
+for snap in snaps:
+    lines = [json.loads(x) for x in store.get_bytes(snap.output_dir + "/index.jsonl").splitlines()]
+    listed = collections.Counter((snap.id, r["plugin"], r["hook_name"], r["status"]) for r in lines[1:])
+    mine = collections.Counter({k: v for k, v in rows.items() if k[0] == snap.id})
+    if listed != mine or lines[0].get("id") != snap.id:
+        print("MISMATCH", snap.id, sorted(listed ^ mine)[:3])
+print("checked", len(snaps))
+"""
 NATS_KILLED = "nats-2"  # of the cluster profile's three servers
 BROWSER_PLUGINS = ("screenshot", "dom", "pdf")
 T0 = time.monotonic()
@@ -147,7 +185,11 @@ def machines_by_plugin(stack: Stack, plugin: str) -> dict[str, int]:
 
 
 def archive_files(stack: Stack) -> dict[str, int]:
-    out = stack.exec("ingest", "find", "/data/archive", "-type", "f", "-printf", "%P\t%s\n").stdout
+    """``{path under archive/: size}``: the data volume's files, or the bucket's (STORE)."""
+    if STORE:
+        out = stack.exec("ingest", "python", "-c", BUCKET_LIST).stdout
+    else:
+        out = stack.exec("ingest", "find", "/data/archive", "-type", "f", "-printf", "%P\t%s\n").stdout
     return {path: int(size) for path, _, size in (line.rpartition("\t") for line in out.splitlines()) if path}
 
 
@@ -184,10 +226,12 @@ def check_snapshots(snapshots: list[dict]) -> None:
         raise Failed(f"{len(bad)} snapshots incomplete:\n  " + "\n  ".join(bad))
 
 
-def view_through_archive_origin(stack: Stack, api: Api, snapshot: dict) -> str:
+def view_through_archive_origin(stack: Stack, api: Api, snapshot: dict, every: list[dict] | None = None) -> str:
     """What a user does in the browser: log in to the web UI (a user made in the ingest container),
     then open the snapshot's screenshot, served by the archive origin (its own published port, never
-    the UI's origin) with the session cookie. Returns a line for the log; raises Failed."""
+    the UI's origin) with the session cookie; with ``every``, also every output file of those
+    snapshots, each compared with the archive's listing (``archive_files``). Returns a line for the
+    log; raises Failed."""
     password = secrets.token_urlsafe(12)
     ingest = stack.container("ingest")["Id"]
     stack.engine(
@@ -212,7 +256,34 @@ def view_through_archive_origin(stack: Stack, api: Api, snapshot: dict) -> str:
         raise Failed(f"GET {url}: {exc.code}") from None
     if not body.startswith(b"\x89PNG") or not kind.startswith("image/png"):
         raise Failed(f"GET {url}: {kind}, {len(body)} bytes, not the screenshot")
-    return f"logged in; the archive origin {origin} served {snapshot['url']}'s screenshot ({len(body)} bytes)"
+    line = f"logged in; the archive origin {origin} served {snapshot['url']}'s screenshot ({len(body)} bytes)"
+    if every is None:
+        return line
+    listed = archive_files(stack)
+    opened = warcs = 0
+    wrong = []
+    for snap in every:
+        prefix = snap["output_dir"].removeprefix("archive/")
+        for r in snap["results"]:
+            if r["status"] != "succeeded":
+                continue
+            for rel in r.get("output_files") or {}:
+                if any(part.startswith(".") for part in rel.split("/")):
+                    continue  # hidden files are never served (a hook's listing can catch its temp file)
+                path = f"{r['plugin']}/{rel}"
+                try:
+                    with browser.open(f"{origin}/archive/{snap['id']}/{urllib.parse.quote(path)}", timeout=30) as got:
+                        body = got.read()
+                except urllib.error.HTTPError as exc:
+                    wrong.append(f"{snap['id']}/{path}: {exc.code}")
+                    continue
+                if len(body) != listed.get(f"{prefix}/{path}"):
+                    wrong.append(f"{snap['id']}/{path}: {len(body)} bytes, listed {listed.get(f'{prefix}/{path}')}")
+                opened += 1
+                warcs += rel.endswith((".warc.gz", ".warc")) and body[:2] in (b"\x1f\x8b", b"WA")
+    if wrong:
+        raise Failed(f"{len(wrong)} of {opened} archived files not served as stored: {wrong[:5]}")
+    return f"{line}; every output file of {len(every)} snapshots served as stored: {opened} files, {warcs} WARCs"
 
 
 def stream_replicas(stack: Stack) -> dict[str, int]:
@@ -245,6 +316,22 @@ def sigkill_and_wait(stack: Stack, service: str) -> float:
     raise Failed(f"{service} did not come back by its restart policy within 90s")
 
 
+def executors_apart(stack: Stack) -> str:
+    """STORE: no executor or binary-resolver container mounts the data volume ingest and the
+    projector use; returns a line for the log; raises Failed."""
+    apart, shared = [], []
+    for c in stack.containers(running=True):
+        service = stack.service_of(c)
+        if not (service.startswith("hook-executor-") or service == "binary-resolver"):
+            continue
+        names = [m.get("Name") or m.get("Source", "") for m in c.get("Mounts") or []]
+        (shared if any(n.endswith("boxcar-data") for n in names) else apart).append(service)
+    ingest = [m.get("Name") or "" for m in stack.container("ingest").get("Mounts") or []]
+    if shared or not apart or not any(n.endswith("boxcar-data") for n in ingest):
+        raise Failed(f"executors on the data volume: {shared}; apart: {apart}; ingest's mounts: {ingest}")
+    return f"archive in an S3 bucket; {len(apart)} executor/resolver containers on no volume of ingest's"
+
+
 def hostname(container: dict) -> str:
     return container["Config"].get("Hostname") or container["Id"][:12]
 
@@ -253,6 +340,22 @@ def test(stack: Stack, summary: dict) -> None:
     step(f"engine: {stack.engine.describe()}")
     started = time.monotonic()
     sizes = stack.build()
+    if STORE:
+        base = os.environ.get("BOXCAR_BASE_IMAGE", "localhost/boxcar-base:trixie")
+        step(f"building {S3_IMAGE} (tests/compose/s3.Dockerfile: moto's S3 server)")
+        stack.engine(
+            "build",
+            "-f",
+            "tests/compose/s3.Dockerfile",
+            "-t",
+            S3_IMAGE,
+            "--build-arg",
+            f"BASE_IMAGE={base}",
+            *stack.build_ca_args(),
+            "tests/compose",
+            log=True,
+        )
+        sizes[S3_IMAGE] = stack.image_size(S3_IMAGE)
     summary["build"] = time.monotonic() - started
     summary["images"] = ", ".join(f"{image.split('/')[-1].split(':')[0]} {mb(size)}" for image, size in sizes.items())
     stack.down(volumes=True)  # what an earlier, interrupted run left
@@ -276,6 +379,9 @@ def test(stack: Stack, summary: dict) -> None:
             raise Failed(f"cluster profile: streams and their replicas {replicas}, expected 3 each")
         summary["cluster"] = f"3 NATS servers, {len(replicas)} streams with 3 replicas"
         step(summary["cluster"])
+    if STORE:
+        summary["store"] = executors_apart(stack)
+        step(summary["store"])
 
     address = gateway(stack)
     server, port = serve_corpus(address)
@@ -359,8 +465,17 @@ def test(stack: Stack, summary: dict) -> None:
         for plugin, notes in sorted(failed.items()):
             step(f"failed results (reported, not checked): {plugin} x{len(notes)}, e.g. {notes[0]!r}")
         summary["sealed"] = f"{len(snapshots)}/{len(urls)} + {len(second_snapshots)}/{len(more)}"
-        summary["archive origin"] = view_through_archive_origin(stack, api, snapshots[0])
+        summary["archive origin"] = view_through_archive_origin(
+            stack, api, snapshots[0], every=snapshots if STORE else None
+        )
         step(summary["archive origin"])
+        if STORE:
+            out = stack.exec("ingest", "python", "-c", INDEX_CHECK).stdout
+            bad = [line for line in out.splitlines() if line.startswith("MISMATCH")]
+            if bad or "checked" not in out:
+                raise Failed(f"index.jsonl in the bucket differs from the rows: {bad[:5] or out[-500:]}")
+            summary["index"] = f"index.jsonl in the bucket matches the rows ({out.split()[-1]} snapshots)"
+            step(summary["index"])
         step(
             f"crawl sealed: {len(snapshots)} snapshots, each with wget, {', '.join(BROWSER_PLUGINS)} succeeded; "
             f"results {crawl['results']}"
@@ -380,15 +495,16 @@ def test(stack: Stack, summary: dict) -> None:
         raise Failed("containers left after down")
     stack.up(build=False)
     again = api.snapshots(crawl_id) + api.snapshots(second_id)
-    files_again = archive_files(stack)
-    lost = [p for p, size in files.items() if files_again.get(p) != size]
+    # the test's S3 server keeps objects in memory: after down there are none to compare (rows only)
+    files_again = {} if STORE else archive_files(stack)
+    lost = [] if STORE else [p for p, size in files.items() if files_again.get(p) != size]
     had = len(snapshots) + len(second_snapshots)
     if len(again) != had or any(s["status"] != "sealed" for s in again) or lost:
         raise Failed(
             f"after down/up: {len(again)} snapshots (had {had}), {len(lost)} files lost or changed: {lost[:5]}"
         )
     check_snapshots(again)
-    summary["kept"] = f"{len(again)} snapshots, {len(files_again)} files"
+    summary["kept"] = f"{len(again)} snapshots" + ("" if STORE else f", {len(files_again)} files")
     step(f"data kept across down/up: {summary['kept']} (the token still works: the database kept it)")
 
     volumes = stack.volumes()
@@ -404,6 +520,13 @@ def main() -> int:
     os.environ["BOXCAR_COMPOSE_PROJECT"] = PROJECT
     if CLUSTER:
         os.environ["COMPOSE_ENV_FILE"] = "deploy/cluster.env"
+    if STORE:  # the test's S3 server (moto) takes any credentials; SECRET_KEY: one for every container
+        os.environ["COMPOSE_ENV_FILE"] = "deploy/cluster.env,deploy/store.env"
+        os.environ["BOXCAR_COMPOSE_EXTRA"] = "tests/compose/s3.yml"
+        os.environ["STORE_URL"] = "s3://boxcar-archive?endpoint=http://s3:9000"
+        os.environ["AWS_ACCESS_KEY_ID"] = "boxcar-compose-test"
+        os.environ["AWS_SECRET_ACCESS_KEY"] = secrets.token_hex(16)
+        os.environ["SECRET_KEY"] = secrets.token_hex(32)
     os.environ["BOXCAR_API_PUBLISH"] = f"127.0.0.1:{free_port()}"
     archive_port = free_port()
     os.environ["BOXCAR_ARCHIVE_PUBLISH"] = f"127.0.0.1:{archive_port}"
@@ -436,6 +559,7 @@ def main() -> int:
     print(
         f"compose-test passed in {total:.0f}s (images {summary['build']:.0f}s): "
         + (f"{summary['cluster']}; " if CLUSTER else "")
+        + (f"{summary['store']}; {summary['index']}; " if STORE else "")
         + f"sealed {summary['sealed']} "
         f"with wget+browser results; scaled {SCALED}=3, new replicas that took tasks {summary['replicas']}; "
         f"restart: {summary['restart']}, crawl sealed; {summary['archive origin']}; "

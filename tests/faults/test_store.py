@@ -16,10 +16,13 @@ writes ``index.jsonl`` there; ingest serves every file from it.
 
 from __future__ import annotations
 
+import html
 import io
 import os
+import re
 import signal
 import time
+from urllib.parse import urljoin
 
 import pytest
 from sqlalchemy import select
@@ -31,7 +34,7 @@ from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Snapshot
 from tests.faults.harness import PLUGINS, MemorySampler, assert_clean, outcome, stack_pids, wait_progress
 from tests.faults.test_crashes import ENV, FAMILIES, PAGES
-from tests.helpers import api, submit, wait_sealed
+from tests.helpers import api, provision_replay, submit, wait_sealed
 from tests.s3_server import CREDENTIALS, S3Server
 
 BROWSER_PLUGINS = [*PLUGINS, "screenshot", "title", "dom"]
@@ -111,6 +114,8 @@ def test_a_crawl_with_the_archive_in_a_bucket(pg_url, nats_url, s3, make_stack, 
     plugins_seen = set()
     for r in results:
         for rel in r.output_files or {}:
+            if any(part.startswith(".") for part in rel.split("/")):
+                continue  # hidden files are never served (a hook's listing can catch its temp file)
             key = f"{snaps[r.snapshot_id].output_dir}/{r.plugin}/{rel}"
             in_bucket = store.get_bytes(key)
             response = client.get(f"/archive/{r.snapshot_id}/{r.plugin}/{rel}", follow_redirects=True)
@@ -124,9 +129,22 @@ def test_a_crawl_with_the_archive_in_a_bucket(pg_url, nats_url, s3, make_stack, 
                 warcs += 1
     assert {"wget", "screenshot", "dom", "title", "htmltotext"} <= plugins_seen, plugins_seen
     assert warcs >= PAGES
+
+    provision_replay(stack.settings)  # replay: the viewer page names the WARC it plays, from the bucket
+    replayed = 0
+    for sid, snap in list(snaps.items())[:5]:
+        page = client.get(f"http://127.0.0.1:{stack.archive_port}/replay-view/{sid}")  # the archive origin's
+        assert page.status_code == 200, (sid, page.status_code)
+        source = re.search(r'<replay-web-page source="([^"]+)"', page.text).group(1)
+        warc = client.get(urljoin(str(page.url), html.unescape(source)))
+        assert warc.status_code == 200, source
+        key = f"{snap.output_dir}/{html.unescape(source).split('/', 3)[3]}"
+        assert warc.content == store.get_bytes(key), key
+        replayed += 1
     print(
         f"STORE bucket: {result.sealed}/{result.total} sealed in {took:.0f}s, {len(results)} results, "
-        f"{served} files served from the bucket, {warcs} WARCs parsed; executors' disks: no archive files"
+        f"{served} files served from the bucket, {warcs} WARCs parsed, {replayed} replay pages with their WARC; "
+        "executors' disks: no archive files"
     )
 
 
