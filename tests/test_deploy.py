@@ -16,6 +16,7 @@ import yaml
 
 from boxcar.cli.main import cli
 from boxcar.cli.stack import families_for
+from boxcar.shared.archive_store import CREDENTIAL_ENV
 from boxcar.shared.families import load_families
 from boxcar.shared.settings import DEFAULT_PLUGINS, Settings
 
@@ -55,6 +56,7 @@ def test_environment_names_are_settings_the_code_reads():
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "HEALTH_FILE",
         "EGRESS_SERVICES",
+        *CREDENTIAL_ENV,  # the bucket's client reads them (archive_store.from_url)
     }
     for name, svc in boxcar_services().items():
         unknown = set(svc.get("environment", {})) - known

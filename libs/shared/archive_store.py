@@ -71,7 +71,7 @@ def store_endpoint(url: str, environ: Mapping[str, str] | None = None) -> str:
 
 
 #: the environment a bucket's client is configured from (``from_url``)
-_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL")
+CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL")
 _SHARED: dict[tuple[str, ...], ArchiveStore] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -129,7 +129,7 @@ class ArchiveStore:
         Raises:
             ValueError: as ``from_url``.
         """
-        key = (settings.store_url, str(settings.data_dir), *(os.environ.get(k, "") for k in _CREDENTIALS))
+        key = (settings.store_url, str(settings.data_dir), *(os.environ.get(k, "") for k in CREDENTIAL_ENV))
         with _SHARED_LOCK:
             if key not in _SHARED:
                 _SHARED[key] = cls.from_url(settings.store_url, settings.data_dir)
