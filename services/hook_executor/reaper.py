@@ -96,6 +96,13 @@ def kill_all(procs: list[psutil.Process]) -> int:
     return len(procs)
 
 
+def scratch_dir(tmp_root: Path, worker_id: str) -> Path:
+    """Where ``worker_id``'s tasks capture when the archive is in a bucket (a dir per task under
+    it); ``tmp_root`` is the machine's (``registry``'s parent). Removed with a dead worker's
+    leftovers."""
+    return tmp_root / "scratch" / worker_id
+
+
 def sweep_dead_workers(registry: Path) -> list[str]:
     """Kill the leftovers of every registered worker that is gone, drop its registration, and
     return the reply subjects of the tasks it held (to hand back)."""
@@ -117,7 +124,7 @@ def sweep_dead_workers(registry: Path) -> list[str]:
     killed = kill_all(processes_with(WORKER_ENV, set(dead)))
     for worker_id, path in dead.items():
         path.unlink(missing_ok=True)
-        shutil.rmtree(registry.parent / "scratch" / worker_id, ignore_errors=True)  # its tasks' captures
+        shutil.rmtree(scratch_dir(registry.parent, worker_id), ignore_errors=True)  # its tasks' captures
     if killed or held:
         log.warning(
             "dead worker(s) %s: killed %d leftover process(es), handing back %d task(s)",

@@ -40,7 +40,7 @@ import msgspec
 from nats.js import JetStreamContext
 from websockets.exceptions import WebSocketException
 
-from boxcar.hook_executor import cdp, documents, media, responses, warc
+from boxcar.hook_executor import cdp, documents, media, reaper, responses, warc
 from boxcar.hook_executor.basic_auth import BasicAuthResponder
 from boxcar.hook_executor.binaries import BinaryClient, BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.browser import BrowserSession, BrowserUnavailable, launch_args
@@ -251,7 +251,9 @@ class TaskRun:
         #: with a bucket (``STORE_URL``) the task captures into a scratch dir of its own and its
         #: results wait there until its files are in the bucket (``run``)
         self.scratch = (
-            executor.tmp_root / "scratch" / executor.worker_id / task.task_id if executor.store.is_remote else None
+            reaper.scratch_dir(executor.tmp_root, executor.worker_id) / task.task_id
+            if executor.store.is_remote
+            else None
         )
         self.pending: list[tuple[ArchiveResultRecord, ProcessRecord | None]] = []
         self.snap_dir = (self.scratch or executor.settings.data_dir) / task.snap_dir
