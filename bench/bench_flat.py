@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--plugins", default=NOCHROME)
     parser.add_argument("--shape", default="one", choices=["one", "processes"])
+    parser.add_argument("--data-dir", type=Path, help="keep the archive and logs here (default: a temporary dir)")
     args = parser.parse_args()
     pages, server, ctx = corpus_urls(1000)
     urls = [f"{page}?copy={k}" for k in range(args.urls // len(pages) + 1) for page in pages][: args.urls]
@@ -75,7 +76,8 @@ def main() -> None:
     print(f"{len(urls)} URLs ({len(pages)} corpus pages repeated), plugins {args.plugins}, shape {args.shape}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            stack = EmbeddedStack(Settings(data_dir=Path(tmp) / "data"), shape=args.shape)
+            data_dir = args.data_dir.resolve() if args.data_dir else Path(tmp) / "data"
+            stack = EmbeddedStack(Settings(data_dir=data_dir), shape=args.shape)
             stack.start()
             try:
                 client = BoxcarClient(stack.api_url, stack.token, timeout=300)

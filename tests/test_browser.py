@@ -310,8 +310,11 @@ def test_a_page_that_wedges_its_renderer_costs_one_timeout_not_one_per_hook(sqli
         not_run = [p for p, r in by_plugin.items() if r.output_str.startswith("not run: the page stopped answering")]
         waited = [p for p, r in by_plugin.items() if r.status == "failed" and p not in not_run]
         assert all(by_plugin[p].status == "failed" for p in not_run)
-        # the first hook after the page wedged waits out its timeout; each later one is not started
-        assert len(waited) <= 1 and len(not_run) >= len(plugins) - 2, {
+        # hooks done within the second before the page wedges succeed (the first look runs title and
+        # screenshot first; how many finish in that second depends on the machine); the first hook
+        # after it waits out its timeout; each later one is not started
+        succeeded = [p for p, r in by_plugin.items() if r.status == "succeeded"]
+        assert len(waited) <= 1 and not_run and len(succeeded) + len(waited) + len(not_run) == len(plugins), {
             p: (r.status, r.output_str[:120]) for p, r in by_plugin.items()
         }
         assert "renderer is hung" in by_plugin[not_run[-1]].notes

@@ -247,6 +247,12 @@ class Settings(BaseSettings):
         "yt-dlp and gallery-dl from warmed ones), cache Node's compiled modules, and load the browser hooks' "
         "puppeteer-core from one bundle: the same hooks, a fraction of the CPU",
     )
+    warm_node_hosts: bool = Field(
+        default=True,
+        description="With WARM_HOOKS: run the browser's foreground hooks (navigate, title, screenshot, pdf, dom, "
+        "…) one after another in long-lived Node processes that have loaded puppeteer-core, instead of a Node "
+        "process each",
+    )
     warm_idle_timeout: float = Field(
         default=300.0,
         ge=0,

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from boxcar.hook_executor.warm.node_hosts import NodeHosts
 from boxcar.hook_executor.warm.zygote_client import Zygote
 from boxcar.shared.clock import utcnow
 from boxcar.shared.ids import new_id
@@ -114,7 +115,7 @@ class HookProcess:
         memory_limit: int = 0,
         output_limit: int = 0,
         limits_interval: float = 1.0,
-        spawner: Zygote | None = None,
+        spawner: Zygote | NodeHosts | None = None,
     ) -> None:
         self.hook = hook
         self.cmd = cmd
@@ -269,6 +270,10 @@ class HookProcess:
         await self.proc.wait()
 
     def _signal_group(self, sig: int) -> None:
+        hosted = getattr(self.proc, "signal_group", None)
+        if hosted is not None:  # a hook in a warm Node host: its host is not its own group
+            hosted(sig)
+            return
         try:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):

@@ -105,6 +105,7 @@ class HookExecutor:
                     plugins,
                     idle_exit=self.settings.warm_idle_timeout,
                     bundles=puppeteer_bundles(self.settings, self.catalog),
+                    node_hosts=self.settings.warm_node_hosts,
                 )
         self.executor = TaskExecutor(
             self.settings,
@@ -234,6 +235,7 @@ class SharedResources:
                 plugins,
                 idle_exit=settings.warm_idle_timeout,
                 bundles=puppeteer_bundles(settings, catalog),
+                node_hosts=settings.warm_node_hosts,
             )
             if settings.warm_hooks
             else None

@@ -8,7 +8,9 @@ hooks.
   only);
 - ``zygote_client``: the executor's side, ``Zygote`` and ``WarmProcess``;
 - ``zygote_wire``: the protocol between them (also a stand-in interpreter, ``--client``);
-- ``nodebundle``: the one esbuild bundle of puppeteer-core the browser hooks load.
+- ``nodebundle``: the one esbuild bundle of puppeteer-core the browser hooks load;
+- ``node_hosts`` (and ``node_host.js``): long-lived Node processes that run the browser's
+  foreground hooks one after another, puppeteer-core loaded once.
 """
 
 from boxcar.hook_executor.warm.interpreters import SECOND_INTERPRETERS, WarmInterpreters, node_compile_cache

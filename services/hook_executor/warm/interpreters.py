@@ -31,6 +31,7 @@ from pathlib import Path
 
 from boxcar.hook_executor.binaries import BinaryEnv
 from boxcar.hook_executor.warm import zygote_wire
+from boxcar.hook_executor.warm.node_hosts import NodeHosts, hostable
 from boxcar.hook_executor.warm.nodebundle import PuppeteerBundles
 from boxcar.hook_executor.warm.zygote_client import HOOK_PRELOAD, Zygote
 from boxcar.shared.plugins import Hook, PluginCatalog
@@ -102,6 +103,7 @@ class WarmInterpreters:
         catalog, plugins: the plugins this executor runs (their config models are pre-built).
         idle_exit: seconds without a hook after which each exits (``WARM_IDLE_TIMEOUT``; 0: never).
         bundles: the bundled puppeteer-core for Node hooks (None: they load it unbundled).
+        node_hosts: run the browser's foreground hooks in warm Node hosts (``node_hosts``).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class WarmInterpreters:
         plugins: list[str],
         idle_exit: float = 0.0,
         bundles: PuppeteerBundles | None = None,
+        node_hosts: bool = True,
     ) -> None:
         self.root = root
         self.idle_exit = idle_exit
@@ -119,15 +122,19 @@ class WarmInterpreters:
             str(Path(catalog[p].path) / "config.json") for p in catalog.with_requirements(plugins) if p in catalog
         )
         self.hooks = Zygote(sys.executable, root / "hooks.sock", HOOK_PRELOAD, configs, idle_exit=idle_exit)
+        self.node = NodeHosts(root / "node", idle_exit=idle_exit) if node_hosts else None
         self.second: dict[str, Zygote] = {}
         self._failed: set[str] = set()
         self._lock = asyncio.Lock()
 
-    async def for_hook(self, hook: Hook) -> Zygote | None:
-        """The fork server for ``hook`` (Python hooks), or None: start it cold."""
-        if hook.language != "python":
-            return None
-        return await self._ready("hooks", self.hooks)
+    async def for_hook(self, hook: Hook) -> Zygote | NodeHosts | None:
+        """What starts ``hook`` warm: the fork server (Python hooks), the Node hosts (the browser's
+        foreground hooks in ``node_hosts.HOSTED``), or None: start it cold."""
+        if hook.language == "python":
+            return await self._ready("hooks", self.hooks)
+        if self.node is not None and hostable(hook):
+            return self.node
+        return None
 
     async def _ready(self, name: str, server: Zygote) -> Zygote | None:
         if name in self._failed:
@@ -201,10 +208,14 @@ class WarmInterpreters:
         """Collect the exit status of zygotes that exited idle (no zombie waits for the next hook)."""
         for server in [self.hooks, *self.second.values()]:
             server.running()
+        if self.node is not None:
+            self.node.reap()
 
     def stop(self) -> None:
         for server in [self.hooks, *self.second.values()]:
             server.stop()
+        if self.node is not None:
+            self.node.stop()
 
 
 def client_command(server: Zygote, *args: str) -> list[str]:

@@ -1,0 +1,157 @@
+"""Warm Node hosts: hooks run one after another in one Node process, each as it would run as a
+program of its own (argv, environment, cwd, streams, exit code, fresh modules), and nothing one
+leaves behind reaches the next. Real Node, real pipes; the browser hooks themselves run in a host
+in every browser test of the suite (``WARM_NODE_HOSTS`` is on by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from boxcar.hook_executor.hooks import HookProcess
+from boxcar.hook_executor.warm.node_hosts import NodeHosts, hostable
+from boxcar.shared.plugins import parse_hook
+
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is needed for the Node hosts")
+
+#: Like abx-plugins' hooks: a helper module beside them (outside node_modules), an async main
+#: that ends with process.exit, and a .catch that reports a failure and exits 1.
+HELPER = "let calls = 0;\nmodule.exports = { count: () => ++calls };\n"
+PROBE = """
+const fs = require("fs");
+const { count } = require("../base/helper.js");
+async function main() {
+  console.log("console line");
+  process.stdout.write("stream line\\n");
+  fs.writeSync(1, JSON.stringify({ type: "ArchiveResult", status: "succeeded", output_str: process.argv[2] }) + "\\n");
+  process.stderr.write("to stderr\\n");
+  fs.writeFileSync("out.json", JSON.stringify({
+    argv: process.argv.slice(2), cwd: process.cwd(), only: process.env.ONLY || null,
+    shared: process.env.SHARED, calls: count(), main: require.main === module,
+  }));
+  if (process.env.LEAVE_TIMER) setInterval(() => console.log("late"), 5);
+  if (process.env.LEAVE_RAW_TIMER) require("timers").setInterval(() => console.log("late"), 5);
+  process.exit(Number(process.env.CODE || 0));
+}
+main().catch((error) => {
+  console.log(JSON.stringify({ type: "ArchiveResult", status: "failed", output_str: String(error) }));
+  process.exit(1);
+});
+"""
+
+
+def make_hook(tmp_path: Path, name: str, body: str):
+    plugins = tmp_path / "plugins"
+    (plugins / "base").mkdir(parents=True, exist_ok=True)
+    (plugins / "base" / "helper.js").write_text(HELPER)
+    path = plugins / name / f"on_Snapshot__54_{name}.js"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(body))
+    return parse_hook(name, path)
+
+
+async def run(hosts: NodeHosts, hook, snap: Path, env: dict[str, str], *args: str, timeout: int = 30) -> HookProcess:
+    proc = HookProcess(
+        hook,
+        [NODE, hook.path, *args],
+        snap / hook.plugin,
+        {"PATH": "/usr/bin:/bin", **env},
+        timeout,
+        margin=0,
+        kill_grace=0.5,
+        spawner=hosts,
+    )
+    await proc.start()
+    await proc.wait()
+    return proc
+
+
+async def closing(hosts: NodeHosts, scenario):
+    try:
+        return await scenario
+    finally:
+        await hosts.aclose()
+
+
+def test_only_the_browsers_foreground_hooks_are_hosted(tmp_path):
+    title = make_hook(tmp_path, "title", "")
+    assert hostable(title)
+    assert not hostable(make_hook(tmp_path, "singlefile", ""))
+    bg = tmp_path / "plugins" / "responses" / "on_Snapshot__24_responses.daemon.bg.js"
+    bg.parent.mkdir(parents=True)
+    bg.write_text("")
+    assert not hostable(parse_hook("responses", bg))
+
+
+def test_hooks_in_one_host_each_see_their_own_argv_environment_cwd_streams_and_modules(tmp_path):
+    hook = make_hook(tmp_path, "title", PROBE)
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        first = await run(hosts, hook, tmp_path / "a", {"ONLY": "first", "SHARED": "1", "CODE": "3"}, "--url=one")
+        second = await run(hosts, hook, tmp_path / "b", {"SHARED": "2"}, "--url=two")
+        return first, second
+
+    first, second = asyncio.run(closing(hosts, scenario()))
+    assert hosts.started == 1  # the second hook ran in the first one's host
+    assert first.exit_code == 3 and second.exit_code == 0
+    for proc, url, snap in ((first, "--url=one", tmp_path / "a"), (second, "--url=two", tmp_path / "b")):
+        lines = proc._stdout_tail
+        assert lines[:2] == ["console line", "stream line"]
+        assert [r["output_str"] for r in proc.records] == [url]  # the .catch never reported a second one
+        assert bytes(proc._stderr) == b"to stderr\n"
+        seen = json.loads((snap / "title" / "out.json").read_text())
+        assert seen["argv"] == [url] and seen["cwd"] == str(snap / "title") and seen["main"] is True
+        assert seen["calls"] == 1  # the helper module was loaded afresh for each hook
+    assert json.loads((tmp_path / "a" / "title" / "out.json").read_text())["only"] == "first"
+    assert json.loads((tmp_path / "b" / "title" / "out.json").read_text())["only"] is None  # env replaced whole
+
+
+@pytest.mark.parametrize("leave", ["LEAVE_TIMER", "LEAVE_RAW_TIMER"])
+def test_what_a_hook_leaves_running_never_writes_into_the_next(tmp_path, leave):
+    hook = make_hook(tmp_path, "title", PROBE)
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        first = await run(hosts, hook, tmp_path / "a", {"SHARED": "1", leave: "1"}, "--url=one")
+        await asyncio.sleep(0.1)  # the leftover timer would have fired ~20 times by now
+        second = await run(hosts, hook, tmp_path / "b", {"SHARED": "2"}, "--url=two")
+        return first, second
+
+    first, second = asyncio.run(closing(hosts, scenario()))
+    assert first.exit_code == 0 and second.exit_code == 0
+    assert "late" not in first._stdout_tail and "late" not in second._stdout_tail
+    # a global timer is stopped at the hook's exit and the host is kept; one it cannot see
+    # (timers' own setInterval) retires the host: the next hook gets a fresh one
+    assert hosts.started == (1 if leave == "LEAVE_TIMER" else 2)
+
+
+def test_an_uncaught_error_fails_the_hook_with_its_stack_and_retires_the_host(tmp_path):
+    hook = make_hook(tmp_path, "title", 'setTimeout(() => { throw new Error("boom in a callback"); }, 1);\n')
+    hosts = NodeHosts(tmp_path / "hosts")
+    proc = asyncio.run(closing(hosts, run(hosts, hook, tmp_path / "a", {})))
+    assert proc.exit_code == 1
+    assert b"Error: boom in a callback" in bytes(proc._stderr)
+    assert hosts._idle.get((NODE, ""), []) == []  # not given to another hook
+
+
+def test_a_hook_past_its_deadline_is_killed_with_its_host_and_the_next_gets_a_new_one(tmp_path):
+    stuck = make_hook(tmp_path, "pdf", "setInterval(() => {}, 1000);\n")
+    probe = make_hook(tmp_path, "title", PROBE)
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        first = await run(hosts, stuck, tmp_path / "a", {}, timeout=1)
+        second = await run(hosts, probe, tmp_path / "b", {"SHARED": "x"}, "--url=next")
+        return first, second
+
+    first, second = asyncio.run(closing(hosts, scenario()))
+    assert first.timed_out and first.exit_code is not None and first.exit_code < 0
+    assert second.exit_code == 0 and [r["output_str"] for r in second.records] == ["--url=next"]
+    assert hosts.started == 2

@@ -1,0 +1,306 @@
+#!/usr/bin/env node
+// Boxcar's warm Node host for browser hooks (hook_executor/warm/node_hosts.py); not a hook.
+//
+//   node node_host.js --control=<fd> <preload specifier> ...
+//
+// Runs abx-plugins' foreground browser hooks one after another in this one process, so each
+// hook no longer pays Node's start and the loading of puppeteer-core (kept in require.cache
+// between hooks). Every hook still runs as it would as a program of its own:
+//   - process.argv, process.env (replaced whole), the cwd, require.main and process.exitCode
+//     are the hook's; every module outside a node_modules directory (the hook, base/utils.js,
+//     chrome_utils.js: they keep state such as a config cache) is loaded afresh for each hook;
+//   - what it writes to fd 1 and 2 (console, process.stdout/stderr, fs.writeSync(1, …) as
+//     abx-plugins' emitArchiveResultRecord does) goes to that run's two FIFOs, and only while
+//     the run lasts: a callback of an earlier hook that fires later writes nowhere
+//     (AsyncLocalStorage tells whose callback it is);
+//   - process.exit(code) ends the run (its 'exit' listeners are called, as at a real exit) and
+//     stops the code that called it; an uncaught exception or unhandled rejection ends it with
+//     1 and its stack on stderr, as Node would.
+// After a run that leaves anything behind (an open socket, a live timer, an uncaught error),
+// the host says "retire" and exits: the next hook gets a fresh host.
+//
+// Protocol: one JSON object per line on stdin ({"argv": [node, script, ...args], "cwd",
+// "env", "stdout": FIFO path, "stderr": FIFO path}); on the control fd one JSON line per event:
+// {"ready": pid} once preloaded, {"started": n} when a run has begun, then
+// {"exit": code, "retire": bool}. EOF on stdin ends the host.
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const Module = require("module");
+const net = require("net");
+const { AsyncLocalStorage } = require("async_hooks");
+
+const CONTROL = Number((process.argv.find((arg) => arg.startsWith("--control=")) || "--control=3").split("=")[1]);
+const realWriteSync = fs.writeSync;
+const realWrite = fs.write;
+const realExit = process.exit.bind(process);
+const realSetTimeout = globalThis.setTimeout;
+const runs = new AsyncLocalStorage();
+const WATCHED_EVENTS = ["exit", "beforeExit", "SIGTERM", "SIGINT", "SIGHUP", "warning", "message"];
+
+class HookExit extends Error {}
+
+let current = null; // the run in progress: {out, err, done, listeners, code}
+let retiring = false;
+let sequence = 0;
+let baseline = null;
+
+function control(message) {
+  const data = Buffer.from(`${JSON.stringify(message)}\n`);
+  let offset = 0;
+  while (offset < data.length) offset += realWriteSync.call(fs, CONTROL, data, offset, data.length - offset);
+}
+
+function sinkFor(fd) {
+  const run = runs.getStore();
+  if (!run || run !== current || run.done) return null;
+  return fd === 1 ? run.out : run.err;
+}
+
+function byteLength(data, encoding) {
+  if (typeof data === "string") return Buffer.byteLength(data, typeof encoding === "string" ? encoding : "utf8");
+  return data ? data.byteLength : 0;
+}
+
+function writeAll(fd, data, encoding) {
+  const buffer = typeof data === "string" ? Buffer.from(data, typeof encoding === "string" ? encoding : "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  let offset = 0;
+  while (offset < buffer.length) {
+    try {
+      offset += realWriteSync.call(fs, fd, buffer, offset, buffer.length - offset);
+    } catch (error) {
+      if (error.code === "EAGAIN") continue;
+      if (error.code === "EPIPE") return; // the executor stopped reading: the run is being killed
+      throw error;
+    }
+  }
+}
+
+// fd 1 and 2, however a hook reaches them
+fs.writeSync = function (fd, data, ...rest) {
+  if (fd !== 1 && fd !== 2) return realWriteSync.call(fs, fd, data, ...rest);
+  const sink = sinkFor(fd);
+  if (typeof data === "string") {
+    if (sink !== null) writeAll(sink, data, rest[1] ?? rest[0]);
+    return byteLength(data, rest[1] ?? rest[0]);
+  }
+  const offset = typeof rest[0] === "number" ? rest[0] : 0;
+  const length = typeof rest[1] === "number" ? rest[1] : data.byteLength - offset;
+  const view = Buffer.from(data.buffer, data.byteOffset + offset, length);
+  if (sink !== null) writeAll(sink, view);
+  return length;
+};
+fs.write = function (fd, data, ...rest) {
+  if (fd !== 1 && fd !== 2) return realWrite.call(fs, fd, data, ...rest);
+  const callback = rest.pop();
+  let written = 0;
+  try {
+    written = fs.writeSync(fd, data, ...rest);
+  } catch (error) {
+    process.nextTick(callback, error);
+    return;
+  }
+  process.nextTick(callback, null, written, data);
+};
+for (const [stream, fd] of [
+  [process.stdout, 1],
+  [process.stderr, 2],
+]) {
+  stream.write = function (chunk, encoding, callback) {
+    const done = typeof encoding === "function" ? encoding : callback;
+    const sink = sinkFor(fd);
+    if (sink !== null) writeAll(sink, chunk, typeof encoding === "string" ? encoding : undefined);
+    if (typeof done === "function") process.nextTick(done);
+    return true;
+  };
+}
+
+// timers and sockets a run makes, so that what it leaves behind at its exit can be stopped as the
+// end of its process would have stopped it
+function track(kind, thing) {
+  const run = runs.getStore();
+  if (run && run === current && !run.done) run[kind].add(thing);
+  return thing;
+}
+for (const [make, clear] of [
+  ["setTimeout", "clearTimeout"],
+  ["setInterval", "clearInterval"],
+  ["setImmediate", "clearImmediate"],
+]) {
+  const realMake = globalThis[make];
+  const realClear = globalThis[clear];
+  globalThis[make] = Object.assign(
+    function (...args) {
+      const timer = realMake.apply(this, args);
+      track("timers", [timer, realClear]);
+      return timer;
+    },
+    realMake
+  );
+}
+const realConnect = net.Socket.prototype.connect;
+net.Socket.prototype.connect = function (...args) {
+  track("sockets", this);
+  return realConnect.apply(this, args);
+};
+
+function stopLeftovers(run) {
+  for (const [timer, clear] of run.timers) clear(timer);
+  run.timers.clear();
+  for (const socket of run.sockets) {
+    if (!socket.destroyed) socket.destroy();
+  }
+  run.sockets.clear();
+}
+
+process.exit = function (code) {
+  const run = runs.getStore();
+  if (run && run === current && !run.done) {
+    finish(run, code === undefined || code === null ? process.exitCode ?? 0 : code);
+  }
+  throw new HookExit("process.exit");
+};
+
+function failCurrent(error) {
+  if (error instanceof HookExit) return;
+  const run = current && !current.done ? current : null;
+  if (run === null) {
+    // something of an earlier run failed after its exit: the next hook gets a fresh host
+    retiring = true;
+    if (current === null) realExit(0);
+    return;
+  }
+  const text = error && error.stack ? error.stack : String(error);
+  writeAll(run.err, `${text}\n\nNode.js ${process.version}\n`);
+  run.leftovers = true;
+  finish(run, 1);
+}
+process.on("uncaughtException", failCurrent);
+process.on("unhandledRejection", failCurrent);
+
+function listenerSnapshot() {
+  const out = {};
+  for (const name of WATCHED_EVENTS) out[name] = process.listeners(name);
+  return out;
+}
+
+function resources() {
+  const counts = {};
+  for (const kind of process.getActiveResourcesInfo()) counts[kind] = (counts[kind] || 0) + 1;
+  return counts;
+}
+
+function finish(run, code) {
+  if (run.done) return;
+  const exitCode = Number.isInteger(Number(code)) ? Number(code) & 0xff : 1;
+  // 'exit' listeners the hook added run as they would at its real exit, still writing to its streams
+  for (const listener of process.listeners("exit")) {
+    if (run.listeners.exit.includes(listener)) continue;
+    try {
+      runs.run(run, () => listener(exitCode));
+    } catch (error) {
+      if (!(error instanceof HookExit)) writeAll(run.err, `${error && error.stack ? error.stack : error}\n`);
+    }
+  }
+  run.done = true;
+  for (const name of WATCHED_EVENTS) {
+    for (const listener of process.listeners(name)) {
+      if (!run.listeners[name].includes(listener)) process.removeListener(name, listener);
+    }
+  }
+  for (const fd of [run.out, run.err]) {
+    try {
+      fs.closeSync(fd);
+    } catch (error) {
+      // already closed
+    }
+  }
+  stopLeftovers(run);
+  // what the run left running shows once the sockets it left have closed (the close callbacks
+  // come after the check phase of this turn of the event loop)
+  realSetTimeout(() => {
+    const now = resources();
+    const left = Object.keys(now).filter((kind) => now[kind] > (baseline[kind] || 0));
+    const retire = retiring || run.leftovers || left.length > 0;
+    current = null;
+    control({ exit: exitCode, retire, left });
+    if (retire) realExit(0);
+  }, 0);
+}
+
+function freshModules() {
+  for (const file of Object.keys(require.cache)) {
+    if (!file.split(path.sep).includes("node_modules")) delete require.cache[file];
+  }
+  Module._pathCache = Object.create(null);
+}
+
+function start(request) {
+  if (current !== null) throw new Error("a run is in progress");
+  const [, script, ...args] = request.argv;
+  const run = {
+    out: fs.openSync(request.stdout, "w"),
+    err: fs.openSync(request.stderr, "w"),
+    done: false,
+    leftovers: false,
+    listeners: listenerSnapshot(),
+    timers: new Set(),
+    sockets: new Set(),
+    id: ++sequence,
+  };
+  current = run;
+  for (const key of Object.keys(process.env)) delete process.env[key];
+  Object.assign(process.env, request.env);
+  Module._initPaths();
+  freshModules();
+  process.argv = [process.execPath, script, ...args];
+  process.exitCode = undefined;
+  process.chdir(request.cwd);
+  control({ started: run.id });
+  runs.run(run, () => {
+    try {
+      Module._load(path.resolve(script), null, true);
+    } catch (error) {
+      failCurrent(error);
+    }
+  });
+}
+
+function preload(specifiers) {
+  const requireFrom = Module.createRequire(path.join(process.cwd(), "noop.js"));
+  for (const specifier of specifiers) {
+    try {
+      requireFrom(specifier);
+    } catch (error) {
+      // not there: the hooks load it as they always do
+    }
+  }
+  freshModules();
+}
+
+preload(process.argv.slice(2).filter((arg) => !arg.startsWith("--control=")));
+let pending = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", (chunk) => {
+  pending += chunk;
+  let newline;
+  while ((newline = pending.indexOf("\n")) >= 0) {
+    const line = pending.slice(0, newline);
+    pending = pending.slice(newline + 1);
+    if (!line.trim()) continue;
+    try {
+      start(JSON.parse(line));
+    } catch (error) {
+      if (current === null) {
+        control({ error: String(error && error.message ? error.message : error) });
+        realExit(1);
+      }
+    }
+  }
+});
+process.stdin.on("end", () => realExit(0));
+// taken the way each run's check is (inside a timer, which counts itself)
+realSetTimeout(() => {
+  baseline = resources();
+  control({ ready: process.pid });
+}, 0);

@@ -1,0 +1,312 @@
+"""Warm Node hosts for the browser's foreground hooks (part of ``WARM_HOOKS``).
+
+Each browser hook used to be a Node process of its own that, before doing its work, started Node
+(~20 ms of CPU here) and loaded puppeteer-core (~50 ms from the bundle, ~140 ms without:
+``nodebundle``). A host (``node_host.js``) is a long-lived Node process that has loaded
+puppeteer-core once and runs hooks one after another, each as it would run as a program of its
+own (its argv, environment, cwd, ``require.main``, fd 1 and 2 on pipes of its own, ``process.exit``
+ending it; ``node_host.js`` says how). ``NodeHosts`` keeps a pool of them per executor: a hook
+takes an idle host (or starts one), and gives it back when it exits, unless the host retires (a
+run that left a socket, a timer or an error behind: the next hook gets a fresh host).
+
+Only the hooks in ``HOSTED`` run there: foreground hooks that end with ``process.exit`` after
+closing what they opened. Background hooks (the listeners that run beside the others),
+SingleFile (a program of its own) and any other hook run as processes, as before. To the executor a
+hosted hook looks like a process (``HostedProcess``: ``pid`` is its host's, ``wait()``, two stream
+readers); killing it (timeout, cancel, ``MEMORY_LIMIT``) kills its host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from boxcar.shared.ids import new_id
+from boxcar.shared.plugins import HOOK_NAME, Hook
+from boxcar.shared.procutil import detached
+
+log = logging.getLogger(__name__)
+
+HOST = Path(__file__).with_name("node_host.js")
+
+#: Hooks (the part of the name after ``on_Snapshot__NN_``) that run in a host: the browser's
+#: foreground hooks that end with ``process.exit`` after closing what they opened.
+HOSTED = frozenset(
+    {
+        "chrome_navigate",
+        "title",
+        "screenshot",
+        "pdf",
+        "dom",
+        "seo",
+        "chrome_mhtml",
+        "accessibility",
+        "parse_dom_outlinks",
+    }
+)
+
+#: What a host loads before its first hook (each resolved through the hooks' ``NODE_PATH``).
+PRELOAD = ("puppeteer-core",)
+
+#: Seconds a host may take to start and preload.
+START_TIMEOUT = 30.0
+
+#: Idle hosts kept per pool key; one more is stopped when it comes back.
+MAX_IDLE = 4
+
+#: Hooks one host runs before it is replaced (what the modules kept between hooks may gather).
+MAX_RUNS = 200
+
+
+def hostable(hook: Hook) -> bool:
+    """True for the hooks that run in a host (``HOSTED``)."""
+    if hook.language != "node" or hook.is_background:
+        return False
+    match = HOOK_NAME.match(hook.name)
+    return bool(match) and match["desc"] in HOSTED
+
+
+class _Host:
+    """One running ``node_host.js``."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, control: asyncio.StreamReader, key: tuple[str, str]):
+        self.proc = proc
+        self.control = control
+        self.key = key
+        self.idle_since = time.monotonic()
+        self.runs = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    async def message(self) -> dict:
+        """The host's next control message. Raises ConnectionError when it has exited."""
+        line = await self.control.readline()
+        if not line:
+            raise ConnectionError("the Node host exited")
+        return json.loads(line)
+
+    def stop(self) -> None:
+        """SIGTERM its group (no event loop needed: the executor may stop after its loop)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGTERM)
+
+
+class NodeHosts:
+    """The warm Node hosts of one executor, started on first use.
+
+    Args:
+        root: a private directory (the runs' FIFOs live there for a moment).
+        idle_exit: seconds without a hook after which ``reap`` stops a host (0: never).
+    """
+
+    def __init__(self, root: Path, idle_exit: float = 0.0) -> None:
+        self.root = root
+        self.idle_exit = idle_exit
+        self._idle: dict[tuple[str, str], list[_Host]] = {}
+        self._busy: set[_Host] = set()
+        self._failed: set[tuple[str, str]] = set()
+        self._all: list[_Host] = []
+        self.started = 0  # hosts started (for benchmarks and tests)
+
+    async def spawn(self, argv: list[str], cwd: Path, env: Mapping[str, str]) -> HostedProcess:
+        """Run ``argv`` (``[node, hook.js, args…]``) in a host, shaped like a subprocess.
+
+        Raises:
+            OSError: no host could be started or reached; nothing ran: start the hook cold.
+        """
+        key = (argv[0], env.get("NODE_PATH", ""))
+        if key in self._failed:
+            raise OSError("the Node host did not start earlier")
+        host = await self._checkout(key, env)
+        fifo_dir = self.root / "fifos"
+        fifo_dir.mkdir(parents=True, exist_ok=True)
+        run_id = new_id()
+        paths = [fifo_dir / f"{run_id}.out", fifo_dir / f"{run_id}.err"]
+        loop = asyncio.get_running_loop()
+        readers: list[asyncio.StreamReader] = []
+        try:
+            for path in paths:
+                os.mkfifo(path, 0o600)
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                readers.append(await _reader(loop, fd))
+            request = {
+                "argv": list(argv),
+                "cwd": str(cwd),
+                "env": dict(env),
+                "stdout": str(paths[0]),
+                "stderr": str(paths[1]),
+            }
+            assert host.proc.stdin is not None
+            host.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            await host.proc.stdin.drain()
+            message = await asyncio.wait_for(host.message(), START_TIMEOUT)
+            if "started" not in message:
+                raise ConnectionError(f"the Node host refused the hook: {message.get('error')}")
+        except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
+            self._busy.discard(host)
+            _kill(host)
+            raise OSError(f"the Node host could not run the hook: {exc}") from exc
+        finally:
+            for path in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        process = HostedProcess(self, host)
+        process.stdout, process.stderr = readers
+        process._watch = asyncio.create_task(process._await_exit())
+        return process
+
+    async def _checkout(self, key: tuple[str, str], env: Mapping[str, str]) -> _Host:
+        idle = self._idle.get(key, [])
+        while idle:
+            host = idle.pop()
+            if host.alive():
+                self._busy.add(host)
+                return host
+        host = await self._start(key, env)
+        self._busy.add(host)
+        return host
+
+    async def _start(self, key: tuple[str, str], env: Mapping[str, str]) -> _Host:
+        read_fd, write_fd = os.pipe()
+        argv, detach = detached([key[0], str(HOST), f"--control={write_fd}", *PRELOAD])
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self.root,
+                env=dict(env),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=None,
+                pass_fds=(write_fd,),
+                **detach,
+            )
+        except OSError:
+            os.close(read_fd)
+            self._failed.add(key)
+            raise
+        finally:
+            os.close(write_fd)
+        control = await _reader(asyncio.get_running_loop(), read_fd)
+        host = _Host(proc, control, key)
+        try:
+            message = await asyncio.wait_for(host.message(), START_TIMEOUT)
+            if "ready" not in message:
+                raise ConnectionError(str(message))
+        except (ConnectionError, TimeoutError, ValueError) as exc:
+            _kill(host)
+            self._failed.add(key)
+            log.warning("the warm Node host did not start (%s): browser hooks start cold", exc)
+            raise OSError(str(exc)) from exc
+        self.started += 1
+        self._all = [h for h in self._all if h.alive()] + [host]
+        return host
+
+    def _checkin(self, host: _Host, retire: bool) -> None:
+        self._busy.discard(host)
+        host.runs += 1
+        if retire or not host.alive() or host.runs >= MAX_RUNS:
+            _kill(host)
+            return
+        idle = self._idle.setdefault(host.key, [])
+        if len(idle) >= MAX_IDLE:
+            host.stop()
+            return
+        host.idle_since = time.monotonic()
+        idle.append(host)
+
+    def reap(self) -> None:
+        """Stop hosts idle for longer than ``idle_exit`` and forget those that exited."""
+        now = time.monotonic()
+        for key, idle in self._idle.items():
+            keep = []
+            for host in idle:
+                if not host.alive():
+                    continue
+                if self.idle_exit and now - host.idle_since > self.idle_exit:
+                    host.stop()
+                    continue
+                keep.append(host)
+            self._idle[key] = keep
+
+    def stop(self) -> None:
+        """Stop every host (busy ones too: their hooks are killed)."""
+        for idle in self._idle.values():
+            for host in idle:
+                host.stop()
+        self._idle.clear()
+        for host in list(self._busy):
+            _kill(host)
+        self._busy.clear()
+
+    async def aclose(self) -> None:
+        """``stop``, then wait until every host has exited."""
+        self.stop()
+        for host in self._all:
+            await host.proc.wait()
+        self._all.clear()
+
+
+def _kill(host: _Host) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(host.pid, signal.SIGKILL)
+
+
+async def _reader(loop, fd: int, limit: int = 16 * 1024 * 1024) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    await loop.connect_read_pipe(lambda: protocol, os.fdopen(fd, "rb", 0))
+    return reader
+
+
+class HostedProcess:
+    """A hook running in a host, shaped like ``asyncio.subprocess.Process`` (``pid`` is the
+    host's). ``signal_group`` kills the host while the hook runs and does nothing once it has
+    exited (the host lives on for the next hook)."""
+
+    def __init__(self, pool: NodeHosts, host: _Host) -> None:
+        self.pool = pool
+        self.host = host
+        self.pid = host.pid
+        self.returncode: int | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self._exited = asyncio.Event()
+        self._watch: asyncio.Task | None = None
+
+    async def _await_exit(self) -> None:
+        retire = True
+        try:
+            message = await self.host.message()
+            self.returncode = int(message["exit"])
+            retire = bool(message.get("retire"))
+            if retire:
+                log.debug("Node host %d retires: the hook left %s running", self.pid, message.get("left"))
+        except (ConnectionError, OSError, ValueError, KeyError):
+            self.returncode = -signal.SIGKILL  # the host died (killed at a deadline, or crashed)
+        finally:
+            self.pool._checkin(self.host, retire)
+            self._exited.set()
+
+    def signal_group(self, sig: int) -> None:
+        """Stop the hook: while it runs, any signal kills its host (a hosted hook gets no SIGTERM
+        grace: the foreground hooks hosted keep nothing a SIGTERM handler would flush)."""
+        if self.returncode is None:
+            _kill(self.host)
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        assert self.returncode is not None
+        return self.returncode
