@@ -29,6 +29,7 @@ const { count } = require("../base/helper.js");
 async function main() {
   console.log("console line");
   process.stdout.write("stream line\\n");
+  fs.writeFileSync(1, "file line\\n");
   fs.writeSync(1, JSON.stringify({ type: "ArchiveResult", status: "succeeded", output_str: process.argv[2] }) + "\\n");
   process.stderr.write("to stderr\\n");
   fs.writeFileSync("out.json", JSON.stringify({
@@ -37,6 +38,9 @@ async function main() {
   }));
   if (process.env.LEAVE_TIMER) setInterval(() => console.log("late"), 5);
   if (process.env.LEAVE_RAW_TIMER) require("timers").setInterval(() => console.log("late"), 5);
+  // like the one ticking timer Node's fetch keeps for all its timeouts: not the hook's to stop
+  if (process.env.LEAVE_UNREFD_TIMER) setInterval(() => console.log("late"), 5).unref();
+  if (process.env.LATE_REJECTION) setTimeout(() => Promise.reject(new Error("late rejection")), 30).unref();
   process.exit(Number(process.env.CODE || 0));
 }
 main().catch((error) => {
@@ -103,7 +107,7 @@ def test_hooks_in_one_host_each_see_their_own_argv_environment_cwd_streams_and_m
     assert first.exit_code == 3 and second.exit_code == 0
     for proc, url, snap in ((first, "--url=one", tmp_path / "a"), (second, "--url=two", tmp_path / "b")):
         lines = proc._stdout_tail
-        assert lines[:2] == ["console line", "stream line"]
+        assert lines[:3] == ["console line", "stream line", "file line"]
         assert [r["output_str"] for r in proc.records] == [url]  # the .catch never reported a second one
         assert bytes(proc._stderr) == b"to stderr\n"
         seen = json.loads((snap / "title" / "out.json").read_text())
@@ -113,7 +117,7 @@ def test_hooks_in_one_host_each_see_their_own_argv_environment_cwd_streams_and_m
     assert json.loads((tmp_path / "b" / "title" / "out.json").read_text())["only"] is None  # env replaced whole
 
 
-@pytest.mark.parametrize("leave", ["LEAVE_TIMER", "LEAVE_RAW_TIMER"])
+@pytest.mark.parametrize("leave", ["LEAVE_TIMER", "LEAVE_RAW_TIMER", "LEAVE_UNREFD_TIMER"])
 def test_what_a_hook_leaves_running_never_writes_into_the_next(tmp_path, leave):
     hook = make_hook(tmp_path, "title", PROBE)
     hosts = NodeHosts(tmp_path / "hosts")
@@ -127,9 +131,25 @@ def test_what_a_hook_leaves_running_never_writes_into_the_next(tmp_path, leave):
     first, second = asyncio.run(closing(hosts, scenario()))
     assert first.exit_code == 0 and second.exit_code == 0
     assert "late" not in first._stdout_tail and "late" not in second._stdout_tail
-    # a global timer is stopped at the hook's exit and the host is kept; one it cannot see
-    # (timers' own setInterval) retires the host: the next hook gets a fresh one
-    assert hosts.started == (1 if leave == "LEAVE_TIMER" else 2)
+    # a global timer is stopped at the hook's exit and the host is kept, an unref'd one is left
+    # running (its writes go nowhere); one it cannot see (timers' own setInterval) retires the
+    # host: the next hook gets a fresh one
+    assert hosts.started == (2 if leave == "LEAVE_RAW_TIMER" else 1)
+
+
+def test_a_late_error_of_an_earlier_hook_is_not_blamed_on_the_next(tmp_path):
+    hook = make_hook(tmp_path, "title", PROBE)
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        first = await run(hosts, hook, tmp_path / "a", {"SHARED": "1", "LATE_REJECTION": "1"}, "--url=one")
+        second = await run(hosts, hook, tmp_path / "b", {"SHARED": "2"}, "--url=two")
+        return first, second
+
+    first, second = asyncio.run(closing(hosts, scenario()))
+    assert first.exit_code == 0 and second.exit_code == 0
+    assert [r["output_str"] for r in second.records] == ["--url=two"]
+    assert b"late rejection" not in bytes(second._stderr)
 
 
 def test_an_uncaught_error_fails_the_hook_with_its_stack_and_retires_the_host(tmp_path):

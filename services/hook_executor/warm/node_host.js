@@ -84,12 +84,21 @@ fs.writeSync = function (fd, data, ...rest) {
     if (sink !== null) writeAll(sink, data, rest[1] ?? rest[0]);
     return byteLength(data, rest[1] ?? rest[0]);
   }
-  const offset = typeof rest[0] === "number" ? rest[0] : 0;
-  const length = typeof rest[1] === "number" ? rest[1] : data.byteLength - offset;
+  const options = rest[0] !== null && typeof rest[0] === "object" ? rest[0] : {};
+  const offset = typeof rest[0] === "number" ? rest[0] : (options.offset ?? 0);
+  const length = typeof rest[1] === "number" ? rest[1] : (options.length ?? data.byteLength - offset);
   const view = Buffer.from(data.buffer, data.byteOffset + offset, length);
   if (sink !== null) writeAll(sink, view);
   return length;
 };
+for (const name of ["writeFileSync", "appendFileSync"]) {
+  const real = fs[name];
+  fs[name] = function (file, data, options) {
+    if (file !== 1 && file !== 2) return real.call(fs, file, data, options);
+    const encoding = typeof options === "string" ? options : options && options.encoding;
+    fs.writeSync(file, typeof data === "string" ? Buffer.from(data, encoding || "utf8") : data);
+  };
+}
 fs.write = function (fd, data, ...rest) {
   if (fd !== 1 && fd !== 2) return realWrite.call(fs, fd, data, ...rest);
   const callback = rest.pop();
@@ -119,7 +128,14 @@ for (const [stream, fd] of [
 // end of its process would have stopped it
 function track(kind, thing) {
   const run = runs.getStore();
-  if (run && run === current && !run.done) run[kind].add(thing);
+  if (run && run === current && !run.done) {
+    const things = run[kind];
+    things.add(thing);
+    if (kind === "timers" && things.size > 1000) {
+      // puppeteer sets a timer per DevTools call: forget the ones that have fired or were cleared
+      for (const entry of things) if (entry[0]._destroyed) things.delete(entry);
+    }
+  }
   return thing;
 }
 for (const [make, clear] of [
@@ -145,7 +161,15 @@ net.Socket.prototype.connect = function (...args) {
 };
 
 function stopLeftovers(run) {
-  for (const [timer, clear] of run.timers) clear(timer);
+  // A pending timer that keeps the loop alive would have died with the hook's process. An unref'd
+  // one would not have kept it alive, and may belong to a module that outlives the run (Node's
+  // fetch keeps one ticking timer for all its timeouts): it is left alone, and what its callback
+  // writes goes nowhere.
+  for (const [timer, clear] of run.timers) {
+    if (timer._destroyed) continue;
+    if (typeof timer.hasRef === "function" && !timer.hasRef()) continue;
+    clear(timer);
+  }
   run.timers.clear();
   for (const socket of run.sockets) {
     if (!socket.destroyed) socket.destroy();
@@ -163,8 +187,10 @@ process.exit = function (code) {
 
 function failCurrent(error) {
   if (error instanceof HookExit) return;
-  const run = current && !current.done ? current : null;
-  if (run === null) {
+  // whose code failed: the run whose callback it was, else the one in progress
+  const store = runs.getStore();
+  const run = store !== undefined ? store : current;
+  if (!run || run !== current || run.done) {
     // something of an earlier run failed after its exit: the next hook gets a fresh host
     retiring = true;
     if (current === null) realExit(0);

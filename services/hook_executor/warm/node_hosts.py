@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 HOST = Path(__file__).with_name("node_host.js")
 
 #: Hooks (the part of the name after ``on_Snapshot__NN_``) that run in a host: the browser's
-#: foreground hooks that end with ``process.exit`` after closing what they opened.
+#: foreground hooks that end with ``process.exit`` after closing what they opened. A hook that
+#: ends by running out of work (no ``process.exit``) would wait in a host until its deadline:
+#: every path of these nine calls ``process.exit`` (abx-plugins 1.13); check that before adding one.
 HOSTED = frozenset(
     {
         "chrome_navigate",
@@ -76,7 +78,9 @@ def hostable(hook: Hook) -> bool:
 class _Host:
     """One running ``node_host.js``."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, control: asyncio.StreamReader, key: tuple[str, str]):
+    def __init__(
+        self, proc: asyncio.subprocess.Process, control: asyncio.StreamReader | None, key: tuple[str, str]
+    ) -> None:
         self.proc = proc
         self.control = control
         self.key = key
@@ -92,6 +96,8 @@ class _Host:
 
     async def message(self) -> dict:
         """The host's next control message. Raises ConnectionError when it has exited."""
+        if self.control is None:
+            raise ConnectionError("the Node host is not connected")
         line = await self.control.readline()
         if not line:
             raise ConnectionError("the Node host exited")
@@ -99,6 +105,8 @@ class _Host:
 
     def stop(self) -> None:
         """SIGTERM its group (no event loop needed: the executor may stop after its loop)."""
+        if not self.alive():  # reaped: its pid may be another process's by now
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGTERM)
 
@@ -136,11 +144,13 @@ class NodeHosts:
         paths = [fifo_dir / f"{run_id}.out", fifo_dir / f"{run_id}.err"]
         loop = asyncio.get_running_loop()
         readers: list[asyncio.StreamReader] = []
+        transports: list[asyncio.BaseTransport] = []
         try:
             for path in paths:
                 os.mkfifo(path, 0o600)
-                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-                readers.append(await _reader(loop, fd))
+                reader, transport = await _reader(loop, os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+                readers.append(reader)
+                transports.append(transport)
             request = {
                 "argv": list(argv),
                 "cwd": str(cwd),
@@ -154,10 +164,14 @@ class NodeHosts:
             message = await asyncio.wait_for(host.message(), START_TIMEOUT)
             if "started" not in message:
                 raise ConnectionError(f"the Node host refused the hook: {message.get('error')}")
-        except (OSError, ConnectionError, TimeoutError, ValueError) as exc:
+        except BaseException as exc:  # a cancel too: no host is left running a hook nobody reads
             self._busy.discard(host)
             _kill(host)
-            raise OSError(f"the Node host could not run the hook: {exc}") from exc
+            for transport in transports:  # a FIFO no writer opened never reaches EOF: close it here
+                transport.close()
+            if isinstance(exc, (OSError, ConnectionError, TimeoutError, ValueError)):
+                raise OSError(f"the Node host could not run the hook: {exc}") from exc
+            raise
         finally:
             for path in paths:
                 with contextlib.suppress(FileNotFoundError):
@@ -199,19 +213,21 @@ class NodeHosts:
             raise
         finally:
             os.close(write_fd)
-        control = await _reader(asyncio.get_running_loop(), read_fd)
-        host = _Host(proc, control, key)
+        host = _Host(proc, None, key)
+        self._all = [h for h in self._all if h.alive()] + [host]  # aclose stops it even if cancelled below
         try:
+            host.control, _transport = await _reader(asyncio.get_running_loop(), read_fd)
             message = await asyncio.wait_for(host.message(), START_TIMEOUT)
             if "ready" not in message:
                 raise ConnectionError(str(message))
-        except (ConnectionError, TimeoutError, ValueError) as exc:
+        except BaseException as exc:
             _kill(host)
+            if not isinstance(exc, (ConnectionError, TimeoutError, ValueError)):
+                raise
             self._failed.add(key)
             log.warning("the warm Node host did not start (%s): browser hooks start cold", exc)
             raise OSError(str(exc)) from exc
         self.started += 1
-        self._all = [h for h in self._all if h.alive()] + [host]
         return host
 
     def _checkin(self, host: _Host, retire: bool) -> None:
@@ -260,15 +276,20 @@ class NodeHosts:
 
 
 def _kill(host: _Host) -> None:
+    if not host.alive():
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(host.pid, signal.SIGKILL)
 
 
-async def _reader(loop, fd: int, limit: int = 16 * 1024 * 1024) -> asyncio.StreamReader:
+async def _reader(
+    loop: asyncio.AbstractEventLoop, fd: int, limit: int = 16 * 1024 * 1024
+) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """A stream reader on the pipe ``fd`` (taken over: closed with the transport)."""
     reader = asyncio.StreamReader(limit=limit, loop=loop)
     protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-    await loop.connect_read_pipe(lambda: protocol, os.fdopen(fd, "rb", 0))
-    return reader
+    transport, _ = await loop.connect_read_pipe(lambda: protocol, os.fdopen(fd, "rb", 0))
+    return reader, transport
 
 
 class HostedProcess:
