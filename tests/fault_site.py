@@ -8,8 +8,10 @@ Routes:
 - ``/status/<code>``: an HTML error page with that status (429 with ``Retry-After: 1``);
 - ``/redirect`` → 302 → ``/final/``; ``/redirect-to?u=URL`` → 302 → URL;
 - ``/hang/<n>``: never answers (until the server stops);
-- ``/spin/``: a page that loads, then wedges its renderer (a script that never yields, 1 s after
-  ``load``): every later DevTools command on its tab goes unanswered;
+- ``/spin/``: a page that wedges its renderer when it is printed, as the corpus's ``la-nacion``
+  does under ``printToPDF`` (a ``beforeprint`` listener that never yields): the PDF hook waits out
+  its timeout and every later DevTools command on its tab goes unanswered; what runs before the PDF
+  is not touched, however fast it runs (a wedge 1 s after ``load`` raced the hooks);
 - ``/feeds/relative.xml``: an RSS feed whose item links are relative (``/items/five.html``,
   ``//host:port/items/six.html``) plus one item with no link at all;
 - ``/items/<name>``: small pages;
@@ -139,7 +141,7 @@ class FaultSite:
             self.stopping.wait()
             return None, b"", {}
         if path == "/spin/":
-            spin = '<script>addEventListener("load", () => setTimeout(() => { for (;;) {} }, 1000));</script>'
+            spin = '<script>addEventListener("beforeprint", () => { for (;;) {} });</script>'
             return 200, page("Spinning Page", "this page stops answering") + spin.encode(), html
         if path == "/feeds/relative.xml":
             host = self.base.split("://", 1)[1]
