@@ -156,8 +156,8 @@ class HookProcess:
         if self.spawner is not None:  # a fork of the warm interpreter, set up as a fresh process would be
             try:
                 self.proc = await self.spawner.spawn(self.cmd, self.plugin_dir, self.env)
-            except OSError as exc:  # it just exited idle (or died): this hook starts cold
-                log.info("warm interpreter unavailable for %s (%s): starting it cold", self.hook.name, exc)
+            except OSError as exc:  # the zygote just exited idle or died, the Node host failed: start cold
+                log.info("no warm start for %s (%s): starting it cold", self.hook.name, exc)
         if self.proc is None:
             argv, detach = detached(self.cmd, signal.SIGKILL)
             self.proc = await asyncio.create_subprocess_exec(

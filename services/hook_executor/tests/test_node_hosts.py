@@ -175,3 +175,40 @@ def test_a_hook_past_its_deadline_is_killed_with_its_host_and_the_next_gets_a_ne
     assert first.timed_out and first.exit_code is not None and first.exit_code < 0
     assert second.exit_code == 0 and [r["output_str"] for r in second.records] == ["--url=next"]
     assert hosts.started == 2
+
+
+def test_a_host_that_fails_to_start_leaves_hooks_cold_and_is_tried_again_after_retry_after(tmp_path):
+    hook = make_hook(tmp_path, "title", PROBE)
+    refuse, attempts = tmp_path / "refuse-hosts", tmp_path / "host-attempts"
+    node = tmp_path / "node"  # the hooks' node, but a host it is asked to start exits at once while `refuse` exists
+    node.write_text(
+        f'#!/bin/sh\ncase "$1" in *node_host.js) echo x >> {attempts}; [ -e {refuse} ] && exit 3;; esac\n'
+        f'exec {NODE} "$@"\n'
+    )
+    node.chmod(0o755)
+    refuse.touch()
+
+    async def hooks(hosts: NodeHosts, *snaps: str) -> list[HookProcess]:
+        out = []
+        for snap in snaps:
+            proc = HookProcess(
+                hook, [str(node), hook.path, "--url=u"], tmp_path / snap / "title", {"PATH": "/usr/bin:/bin"}, 30,
+                margin=0, kill_grace=0.5, spawner=hosts,
+            )  # fmt: skip
+            await proc.start()
+            await proc.wait()
+            out.append(proc)
+            if snap == "unblock":
+                refuse.unlink()
+        return out
+
+    waiting = NodeHosts(tmp_path / "hosts-a", retry_after=3600)
+    procs = asyncio.run(closing(waiting, hooks(waiting, "a", "b")))
+    assert [p.exit_code for p in procs] == [0, 0]  # both ran cold, as processes of their own
+    assert [r["output_str"] for p in procs for r in p.records] == ["--url=u", "--url=u"]
+    assert waiting.started == 0 and attempts.read_text().count("x") == 1  # the second did not try again
+
+    retrying = NodeHosts(tmp_path / "hosts-b", retry_after=0)
+    procs = asyncio.run(closing(retrying, hooks(retrying, "unblock", "c")))
+    assert [p.exit_code for p in procs] == [0, 0]
+    assert retrying.started == 1 and attempts.read_text().count("x") == 3  # failed once more, then started

@@ -16,7 +16,8 @@ gallery-dl: 0.7 and 0.01), and they run for every page.
 
 Anything that cannot be warmed (a zygote that does not start, or one that just exited after
 ``WARM_IDLE_TIMEOUT`` seconds without a hook) falls back to a cold start: the hook runs the same
-either way, only slower. Zygotes that exited idle are started again on the next hook.
+either way, only slower. Zygotes that exited idle are started again on the next hook; one that
+failed to start (or a Node host) is tried again a minute later (``common.StartFailures``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from boxcar.hook_executor.binaries import BinaryEnv
 from boxcar.hook_executor.warm import zygote_wire
+from boxcar.hook_executor.warm.common import StartFailures
 from boxcar.hook_executor.warm.node_hosts import NodeHosts, hostable
 from boxcar.hook_executor.warm.nodebundle import PuppeteerBundles
 from boxcar.hook_executor.warm.zygote_client import HOOK_PRELOAD, Zygote
@@ -124,7 +126,7 @@ class WarmInterpreters:
         self.hooks = Zygote(sys.executable, root / "hooks.sock", HOOK_PRELOAD, configs, idle_exit=idle_exit)
         self.node = NodeHosts(root / "node", idle_exit=idle_exit) if node_hosts else None
         self.second: dict[str, Zygote] = {}
-        self._failed: set[str] = set()
+        self._failed = StartFailures()
         self._lock = asyncio.Lock()
 
     async def for_hook(self, hook: Hook) -> Zygote | NodeHosts | None:
@@ -137,15 +139,15 @@ class WarmInterpreters:
         return None
 
     async def _ready(self, name: str, server: Zygote) -> Zygote | None:
-        if name in self._failed:
+        if self._failed.blocked(name):
             return None
         async with self._lock:
             if not server.running():
                 try:
                     await asyncio.to_thread(server.start)
                 except (OSError, RuntimeError) as exc:
-                    log.warning("warm interpreter %s unavailable (%s): starting hooks cold", name, exc)
-                    self._failed.add(name)
+                    log.warning("warm interpreter %s unavailable (%s): starting hooks cold for a minute", name, exc)
+                    self._failed.record(name)
                     return None
         return server
 

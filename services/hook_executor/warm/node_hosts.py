@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from boxcar.hook_executor.warm.common import RETRY_AFTER, StartFailures, pipe_reader
 from boxcar.shared.ids import new_id
 from boxcar.shared.plugins import HOOK_NAME, Hook
 from boxcar.shared.procutil import detached
@@ -117,14 +118,16 @@ class NodeHosts:
     Args:
         root: a private directory (the runs' FIFOs live there for a moment).
         idle_exit: seconds without a hook after which ``reap`` stops a host (0: never).
+        retry_after: seconds after a host failed to start before one is tried again (meanwhile
+            ``spawn`` raises OSError at once: the hooks start cold).
     """
 
-    def __init__(self, root: Path, idle_exit: float = 0.0) -> None:
+    def __init__(self, root: Path, idle_exit: float = 0.0, retry_after: float = RETRY_AFTER) -> None:
         self.root = root
         self.idle_exit = idle_exit
         self._idle: dict[tuple[str, str], list[_Host]] = {}
         self._busy: set[_Host] = set()
-        self._failed: set[tuple[str, str]] = set()
+        self._failed = StartFailures(retry_after)
         self._all: list[_Host] = []
         self.started = 0  # hosts started (for benchmarks and tests)
 
@@ -135,8 +138,8 @@ class NodeHosts:
             OSError: no host could be started or reached; nothing ran: start the hook cold.
         """
         key = (argv[0], env.get("NODE_PATH", ""))
-        if key in self._failed:
-            raise OSError("the Node host did not start earlier")
+        if self._failed.blocked(key):
+            raise OSError(f"the Node host failed to start less than {self._failed.retry_after:g} s ago")
         host = await self._checkout(key, env)
         fifo_dir = self.root / "fifos"
         fifo_dir.mkdir(parents=True, exist_ok=True)
@@ -148,7 +151,7 @@ class NodeHosts:
         try:
             for path in paths:
                 os.mkfifo(path, 0o600)
-                reader, transport = await _reader(loop, os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+                reader, transport = await pipe_reader(loop, os.open(path, os.O_RDONLY | os.O_NONBLOCK))
                 readers.append(reader)
                 transports.append(transport)
             request = {
@@ -209,14 +212,14 @@ class NodeHosts:
             )
         except OSError:
             os.close(read_fd)
-            self._failed.add(key)
+            self._failed.record(key)
             raise
         finally:
             os.close(write_fd)
         host = _Host(proc, None, key)
         self._all = [h for h in self._all if h.alive()] + [host]  # aclose stops it even if cancelled below
         try:
-            host.control, _transport = await _reader(asyncio.get_running_loop(), read_fd)
+            host.control, _transport = await pipe_reader(asyncio.get_running_loop(), read_fd)
             message = await asyncio.wait_for(host.message(), START_TIMEOUT)
             if "ready" not in message:
                 raise ConnectionError(str(message))
@@ -224,8 +227,9 @@ class NodeHosts:
             _kill(host)
             if not isinstance(exc, (ConnectionError, TimeoutError, ValueError)):
                 raise
-            self._failed.add(key)
-            log.warning("the warm Node host did not start (%s): browser hooks start cold", exc)
+            self._failed.record(key)
+            retry = self._failed.retry_after
+            log.warning("the warm Node host did not start (%s): browser hooks start cold for %g s", exc, retry)
             raise OSError(str(exc)) from exc
         self.started += 1
         return host
@@ -280,16 +284,6 @@ def _kill(host: _Host) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(host.pid, signal.SIGKILL)
-
-
-async def _reader(
-    loop: asyncio.AbstractEventLoop, fd: int, limit: int = 16 * 1024 * 1024
-) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
-    """A stream reader on the pipe ``fd`` (taken over: closed with the transport)."""
-    reader = asyncio.StreamReader(limit=limit, loop=loop)
-    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-    transport, _ = await loop.connect_read_pipe(lambda: protocol, os.fdopen(fd, "rb", 0))
-    return reader, transport
 
 
 class HostedProcess:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from boxcar.hook_executor.warm import zygote_server
 from boxcar.hook_executor.warm import zygote_wire as wire
+from boxcar.hook_executor.warm.common import pipe_reader
 from boxcar.hook_executor.warm.zygote_server import HOOK_PRELOAD
 
 log = logging.getLogger(__name__)
@@ -155,8 +156,8 @@ class Zygote:
             for fd in (null, out_w, err_w):
                 os.close(fd)
         process = WarmProcess(pid, conn)
-        process.stdout = await _reader(loop, out_r)
-        process.stderr = await _reader(loop, err_r)
+        process.stdout, _ = await pipe_reader(loop, out_r)
+        process.stderr, _ = await pipe_reader(loop, err_r)
         process._watch = asyncio.create_task(process._await_exit())
         return process
 
@@ -165,13 +166,6 @@ class Zygote:
         wire.unix_call(conn, "connect", str(self.socket_path))
         socket.send_fds(conn, [request], fds)
         return conn, int(wire.recv(conn)["pid"])
-
-
-async def _reader(loop, fd: int, limit: int = 16 * 1024 * 1024) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader(limit=limit, loop=loop)
-    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-    await loop.connect_read_pipe(lambda: protocol, os.fdopen(fd, "rb", 0))
-    return reader
 
 
 class WarmProcess:

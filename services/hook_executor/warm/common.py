@@ -1,0 +1,52 @@
+"""What the two kinds of warm start (``zygote_client``'s forks, ``node_hosts``' Node hosts) share."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Hashable
+
+#: Seconds after a warm interpreter or Node host failed to start before it is tried again (the
+#: hooks meanwhile start cold, as they would with ``WARM_HOOKS=false``).
+RETRY_AFTER = 60.0
+
+
+async def pipe_reader(
+    loop: asyncio.AbstractEventLoop, fd: int, limit: int = 16 * 1024 * 1024
+) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """A stream reader on the pipe or FIFO ``fd``, which it takes over (closed with the transport).
+
+    Args:
+        limit: the reader's buffer limit in bytes (a longer line raises in ``readline``).
+    Returns:
+        ``(reader, transport)``; close the transport to drop a pipe no writer will ever close.
+    """
+    reader = asyncio.StreamReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.connect_read_pipe(lambda: protocol, os.fdopen(fd, "rb", 0))
+    return reader, transport
+
+
+class StartFailures:
+    """When each warm starter (keyed by name) last failed to start: it is not tried again for
+    ``retry_after`` seconds, so a broken one costs one failed start a minute, not one per hook, and
+    one that failed for a passing reason (memory, a binary being replaced) comes back."""
+
+    def __init__(self, retry_after: float = RETRY_AFTER) -> None:
+        self.retry_after = retry_after
+        self._at: dict[Hashable, float] = {}
+
+    def record(self, key: Hashable) -> None:
+        """``key`` failed to start just now."""
+        self._at[key] = time.monotonic()
+
+    def blocked(self, key: Hashable) -> bool:
+        """True while ``key`` failed less than ``retry_after`` seconds ago."""
+        at = self._at.get(key)
+        if at is None:
+            return False
+        if time.monotonic() - at >= self.retry_after:
+            del self._at[key]
+            return False
+        return True
