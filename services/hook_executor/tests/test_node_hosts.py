@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from boxcar.hook_executor.hooks import HookProcess
+from boxcar.hook_executor.warm import node_hosts
 from boxcar.hook_executor.warm.node_hosts import NodeHosts, hostable
 from boxcar.shared.plugins import parse_hook
 
@@ -83,14 +84,20 @@ async def closing(hosts: NodeHosts, scenario):
         await hosts.aclose()
 
 
-def test_only_the_browsers_foreground_hooks_are_hosted(tmp_path):
-    title = make_hook(tmp_path, "title", "")
-    assert hostable(title)
+def make_file_hook(tmp_path: Path, plugin: str, name: str, body: str = ""):
+    path = tmp_path / "plugins" / plugin / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(body))
+    return parse_hook(plugin, path)
+
+
+def test_the_browsers_foreground_hooks_and_listeners_are_hosted_not_the_tab_or_other_hooks(tmp_path):
+    assert hostable(make_hook(tmp_path, "title", ""))
+    assert hostable(make_file_hook(tmp_path, "responses", "on_Snapshot__24_responses.daemon.bg.js"))
     assert not hostable(make_hook(tmp_path, "singlefile", ""))
-    bg = tmp_path / "plugins" / "responses" / "on_Snapshot__24_responses.daemon.bg.js"
-    bg.parent.mkdir(parents=True)
-    bg.write_text("")
-    assert not hostable(parse_hook("responses", bg))
+    assert not hostable(make_file_hook(tmp_path, "chrome", "on_Snapshot__01_chrome_tab.daemon.bg.js"))
+    assert not hostable(make_file_hook(tmp_path, "staticfile", "on_Snapshot__26_staticfile.daemon.bg.js"))
+    assert not hostable(make_file_hook(tmp_path, "headers", "on_CrawlSetup__27_headers.daemon.bg.js"))
 
 
 def test_hooks_in_one_host_each_see_their_own_argv_environment_cwd_streams_and_modules(tmp_path):
@@ -182,7 +189,7 @@ def test_a_host_that_fails_to_start_leaves_hooks_cold_and_is_tried_again_after_r
     refuse, attempts = tmp_path / "refuse-hosts", tmp_path / "host-attempts"
     node = tmp_path / "node"  # the hooks' node, but a host it is asked to start exits at once while `refuse` exists
     node.write_text(
-        f'#!/bin/sh\ncase "$1" in *node_host.js) echo x >> {attempts}; [ -e {refuse} ] && exit 3;; esac\n'
+        f'#!/bin/sh\ncase "$*" in *node_host.js*) echo x >> {attempts}; [ -e {refuse} ] && exit 3;; esac\n'
         f'exec {NODE} "$@"\n'
     )
     node.chmod(0o755)
@@ -212,3 +219,106 @@ def test_a_host_that_fails_to_start_leaves_hooks_cold_and_is_tried_again_after_r
     procs = asyncio.run(closing(retrying, hooks(retrying, "unblock", "c")))
     assert [p.exit_code for p in procs] == [0, 0]
     assert retrying.started == 1 and attempts.read_text().count("x") == 3  # failed once more, then started
+
+
+#: Like abx-plugins' listeners (base/daemon_lifecycle.js): SIGTERM caught from the start, handed
+#: to the shutdown handler, which reports what it saw and exits.
+LISTENER = """
+let seen = 0;
+process.on("SIGTERM", () => {
+  setTimeout(() => {
+    console.log(JSON.stringify({ type: "ArchiveResult", status: "succeeded", output_str: `saw ${seen}` }));
+    process.exit(0);
+  }, 10);
+});
+console.log("listener attached");
+setInterval(() => { seen += 1; }, 5);
+"""
+
+
+def test_a_hosted_listener_gets_sigterm_reports_and_exits_and_its_host_serves_the_next_hook(tmp_path):
+    listener = make_file_hook(tmp_path, "responses", "on_Snapshot__24_responses.daemon.bg.js", LISTENER)
+    probe = make_hook(tmp_path, "title", PROBE)
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        proc = HookProcess(
+            listener, [NODE, listener.path], tmp_path / "a" / "responses", {"PATH": "/usr/bin:/bin"}, 30,
+            margin=0, kill_grace=5, spawner=hosts,
+        )  # fmt: skip
+        await proc.start()
+        await proc.wait_ready()
+        await proc.stop()
+        after = await run(hosts, probe, tmp_path / "b", {"SHARED": "x"}, "--url=next")
+        return proc, after
+
+    proc, after = asyncio.run(closing(hosts, scenario()))
+    assert proc.exit_code == 0 and not proc.timed_out
+    assert proc._stdout_tail[0] == "listener attached"
+    assert [r["output_str"].startswith("saw ") for r in proc.records] == [True]
+    assert after.exit_code == 0 and [r["output_str"] for r in after.records] == ["--url=next"]
+    assert hosts.started == 1  # the listener's interval was stopped, its SIGTERM handler removed
+
+
+def test_a_hosted_hook_without_a_sigterm_handler_dies_of_it_with_its_host(tmp_path):
+    sleeper = make_file_hook(
+        tmp_path, "dns", "on_Snapshot__22_dns.daemon.bg.js", 'console.log("up");\nsetInterval(() => {}, 1000);\n'
+    )
+    probe = make_hook(tmp_path, "title", PROBE)
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        proc = HookProcess(
+            sleeper, [NODE, sleeper.path], tmp_path / "a" / "dns", {"PATH": "/usr/bin:/bin"}, 30,
+            margin=0, kill_grace=5, spawner=hosts,
+        )  # fmt: skip
+        await proc.start()
+        await proc.wait_ready()
+        await proc.stop()
+        after = await run(hosts, probe, tmp_path / "b", {"SHARED": "x"}, "--url=next")
+        return proc, after
+
+    proc, after = asyncio.run(closing(hosts, scenario()))
+    assert proc.exit_code == -15 and not proc.timed_out  # as a process's death by SIGTERM reads
+    assert after.exit_code == 0 and hosts.started == 2
+
+
+def test_a_pool_keeps_the_hosts_its_listeners_needed_at_once_then_reap_trims_the_spares(tmp_path, monkeypatch):
+    listener = make_file_hook(tmp_path, "responses", "on_Snapshot__24_responses.daemon.bg.js", LISTENER)
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        procs = [
+            HookProcess(
+                listener,
+                [NODE, listener.path],
+                tmp_path / f"s{i}" / "responses",
+                {"PATH": "/usr/bin:/bin"},
+                30,
+                margin=0,
+                kill_grace=5,
+                spawner=hosts,
+            )  # fmt: skip
+            for i in range(6)
+        ]
+        for proc in procs:  # six tabs' listeners at once: six hosts
+            await proc.start()
+        await asyncio.gather(*(proc.wait_ready() for proc in procs))
+        await asyncio.gather(*(proc.stop() for proc in procs))
+        idle = list(hosts._idle[(NODE, "")])
+        assert len(idle) == 6
+        hosts.reap()  # just idle: all kept for the next snapshots
+        kept_at_once = len(hosts._idle[(NODE, "")])
+        monkeypatch.setattr(node_hosts, "SPARE_IDLE", 0.0)
+        hosts.reap()  # idle past SPARE_IDLE: MAX_IDLE stay
+        kept = list(hosts._idle[(NODE, "")])
+        stopped = [host for host in idle if host not in kept]
+        for host in stopped:
+            await host.proc.wait()
+        return procs, kept_at_once, kept, stopped
+
+    procs, kept_at_once, kept, stopped = asyncio.run(closing(hosts, scenario()))
+    assert [p.exit_code for p in procs] == [0] * 6 and hosts.started == 6
+    assert kept_at_once == 6
+    assert len(kept) == node_hosts.MAX_IDLE and len(stopped) == 6 - node_hosts.MAX_IDLE
+    assert all(host.proc.returncode is not None for host in stopped)

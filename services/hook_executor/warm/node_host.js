@@ -3,9 +3,10 @@
 //
 //   node node_host.js --control=<fd> <preload specifier> ...
 //
-// Runs abx-plugins' foreground browser hooks one after another in this one process, so each
-// hook no longer pays Node's start and the loading of puppeteer-core (kept in require.cache
-// between hooks). Every hook still runs as it would as a program of its own:
+// Runs abx-plugins' browser hooks (the foreground ones and the listeners that run beside them)
+// one after another in this one process, so each hook no longer pays Node's start and the
+// loading of puppeteer-core (kept in require.cache between hooks). Every hook still runs as it
+// would as a program of its own:
 //   - process.argv, process.env (replaced whole), the cwd, require.main and process.exitCode
 //     are the hook's; every module outside a node_modules directory (the hook, base/utils.js,
 //     chrome_utils.js: they keep state such as a config cache) is loaded afresh for each hook;
@@ -15,14 +16,18 @@
 //     (AsyncLocalStorage tells whose callback it is);
 //   - process.exit(code) ends the run (its 'exit' listeners are called, as at a real exit) and
 //     stops the code that called it; an uncaught exception or unhandled rejection ends it with
-//     1 and its stack on stderr, as Node would.
+//     1 and its stack on stderr, as Node would;
+//   - a signal the executor sends it (SIGTERM: a listener's stop) reaches the 'SIGTERM' listeners
+//     the hook added; a hook with none dies of it, as a process would, and so does its host.
 // After a run that leaves anything behind (an open socket, a live timer, an uncaught error),
 // the host says "retire" and exits: the next hook gets a fresh host.
 //
 // Protocol: one JSON object per line on stdin ({"argv": [node, script, ...args], "cwd",
 // "env", "stdout": FIFO path, "stderr": FIFO path}); on the control fd one JSON line per event:
 // {"ready": pid} once preloaded, {"started": n} when a run has begun, then
-// {"exit": code, "retire": bool}. EOF on stdin ends the host.
+// {"exit": code, "retire": bool} (with "signal": number when a signal ended it). A line
+// {"signal": "SIGTERM", "run": n} on stdin signals run n (nothing if it has ended). EOF on stdin
+// ends the host.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -254,6 +259,31 @@ function finish(run, code) {
   }, 0);
 }
 
+const SIGNALS = { SIGTERM: 15, SIGINT: 2, SIGHUP: 1 };
+
+function signal(request) {
+  const run = current;
+  const number = SIGNALS[request.signal];
+  if (!run || run.done || run.id !== request.run || number === undefined) return; // it has ended
+  const own = process.listeners(request.signal).filter((listener) => !run.listeners[request.signal].includes(listener));
+  if (own.length > 0) {
+    for (const listener of own) {
+      runs.run(run, () => {
+        try {
+          listener(request.signal);
+        } catch (error) {
+          failCurrent(error);
+        }
+      });
+    }
+    return;
+  }
+  // no handler: the default action, death; its code is stopped only by the host's end
+  run.done = true;
+  control({ exit: 128 + number, signal: number, retire: true, left: [] });
+  realExit(0);
+}
+
 function freshModules() {
   for (const file of Object.keys(require.cache)) {
     if (!file.split(path.sep).includes("node_modules")) delete require.cache[file];
@@ -315,7 +345,9 @@ process.stdin.on("data", (chunk) => {
     pending = pending.slice(newline + 1);
     if (!line.trim()) continue;
     try {
-      start(JSON.parse(line));
+      const request = JSON.parse(line);
+      if (request.signal !== undefined) signal(request);
+      else start(request);
     } catch (error) {
       if (current === null) {
         control({ error: String(error && error.message ? error.message : error) });
