@@ -321,4 +321,34 @@ def test_a_pool_keeps_the_hosts_its_listeners_needed_at_once_then_reap_trims_the
     assert [p.exit_code for p in procs] == [0] * 6 and hosts.started == 6
     assert kept_at_once == 6
     assert len(kept) == node_hosts.MAX_IDLE and len(stopped) == 6 - node_hosts.MAX_IDLE
+    # the most recently idle are kept, oldest first (a checkout takes the last)
+    assert [h.idle_since for h in kept] == sorted(h.idle_since for h in kept)
+    assert min(h.idle_since for h in kept) >= max(h.idle_since for h in stopped)
     assert all(host.proc.returncode is not None for host in stopped)
+
+
+def test_code_of_a_run_that_has_exited_changes_no_files(tmp_path):
+    # as abx-plugins' redirects: process.exit inside a try whose catch writes a "failed" marker
+    hook = make_file_hook(
+        tmp_path,
+        "redirects",
+        "on_Snapshot__25_redirects.daemon.bg.js",
+        """
+        const fs = require("fs");
+        async function main() {
+          try {
+            fs.writeFileSync("marker.json", "ok");
+            process.exit(0);
+          } catch (error) {
+            fs.writeFileSync("marker.json", "failed: " + error.message);
+            fs.writeFileSync("second.json", "x");
+          }
+        }
+        main().catch(() => fs.writeFileSync("marker.json", "caught"));
+        """,
+    )
+    hosts = NodeHosts(tmp_path / "hosts")
+    proc = asyncio.run(closing(hosts, run(hosts, hook, tmp_path / "a", {})))
+    assert proc.exit_code == 0
+    assert (tmp_path / "a" / "redirects" / "marker.json").read_text() == "ok"
+    assert not (tmp_path / "a" / "redirects" / "second.json").exists()

@@ -104,6 +104,21 @@ for (const name of ["writeFileSync", "appendFileSync"]) {
     fs.writeSync(file, typeof data === "string" ? Buffer.from(data, encoding || "utf8") : data);
   };
 }
+// Code of a run that has exited changes no files: its process would be gone. (In a host,
+// process.exit throws, so a catch around it still runs: redirects' writes a "failed" marker;
+// later callbacks of the run may fire too.) Such code gets HookExit, which nothing reports.
+for (const name of [
+  "writeFileSync", "appendFileSync", "renameSync", "copyFileSync", "mkdirSync", "rmSync", "rmdirSync",
+  "unlinkSync", "openSync", "writeFile", "appendFile", "rename", "copyFile", "mkdir", "rm", "unlink",
+  "open", "createWriteStream",
+]) {
+  const real = fs[name];
+  fs[name] = function (...args) {
+    const run = runs.getStore();
+    if (run !== undefined && run.done) throw new HookExit(`fs.${name} after the run's exit`);
+    return real.apply(fs, args);
+  };
+}
 fs.write = function (fd, data, ...rest) {
   if (fd !== 1 && fd !== 2) return realWrite.call(fs, fd, data, ...rest);
   const callback = rest.pop();
@@ -265,21 +280,21 @@ function signal(request) {
   const run = current;
   const number = SIGNALS[request.signal];
   if (!run || run.done || run.id !== request.run || number === undefined) return; // it has ended
-  const own = process.listeners(request.signal).filter((listener) => !run.listeners[request.signal].includes(listener));
-  if (own.length > 0) {
-    for (const listener of own) {
-      runs.run(run, () => {
-        try {
-          listener(request.signal);
-        } catch (error) {
-          failCurrent(error);
-        }
-      });
-    }
+  if (process.listenerCount(request.signal) > 0) {
+    // only the run's own (finish removes them; the host adds none): as Node calls them, with the
+    // name and number, once-listeners once, and none after one has called process.exit
+    runs.run(run, () => {
+      try {
+        process.emit(request.signal, request.signal, number);
+      } catch (error) {
+        failCurrent(error);
+      }
+    });
     return;
   }
-  // no handler: the default action, death; its code is stopped only by the host's end
+  // no handler: the default action, death (no 'exit' listeners run); the host ends with it
   run.done = true;
+  process.removeAllListeners("exit");
   control({ exit: 128 + number, signal: number, retire: true, left: [] });
   realExit(0);
 }

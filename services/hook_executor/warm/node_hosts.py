@@ -129,11 +129,13 @@ class _Host:
         return json.loads(line)
 
     def stop(self) -> None:
-        """SIGTERM its group (no event loop needed: the executor may stop after its loop)."""
+        """SIGKILL its group: an idle host has nothing to flush, and a late callback of an earlier
+        run may have added a SIGTERM listener (no event loop needed: the executor may stop after
+        its loop)."""
         if not self.alive():  # reaped: its pid may be another process's by now
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGTERM)
+            os.killpg(self.pid, signal.SIGKILL)
 
 
 class NodeHosts:
@@ -193,7 +195,7 @@ class NodeHosts:
                 raise ConnectionError(f"the Node host refused the hook: {message.get('error')}")
         except BaseException as exc:  # a cancel too: no host is left running a hook nobody reads
             self._busy.discard(host)
-            _kill(host)
+            host.stop()
             for transport in transports:  # a FIFO no writer opened never reaches EOF: close it here
                 transport.close()
             if isinstance(exc, (OSError, ConnectionError, TimeoutError, ValueError)):
@@ -248,7 +250,7 @@ class NodeHosts:
             if "ready" not in message:
                 raise ConnectionError(str(message))
         except BaseException as exc:
-            _kill(host)
+            host.stop()
             if not isinstance(exc, (ConnectionError, TimeoutError, ValueError)):
                 raise
             self._failed.record(key)
@@ -262,7 +264,7 @@ class NodeHosts:
         self._busy.discard(host)
         host.runs += 1
         if retire or not host.alive() or host.runs >= MAX_RUNS:
-            _kill(host)
+            host.stop()
             return
         idle = self._idle.setdefault(host.key, [])  # no cap here: as many as ran at once, until reap
         host.idle_since = time.monotonic()
@@ -291,7 +293,7 @@ class NodeHosts:
                 host.stop()
         self._idle.clear()
         for host in list(self._busy):
-            _kill(host)
+            host.stop()
         self._busy.clear()
 
     async def aclose(self) -> None:
@@ -300,13 +302,6 @@ class NodeHosts:
         for host in self._all:
             await host.proc.wait()
         self._all.clear()
-
-
-def _kill(host: _Host) -> None:
-    if not host.alive():
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(host.pid, signal.SIGKILL)
 
 
 class HostedProcess:
@@ -342,7 +337,9 @@ class HostedProcess:
     def signal_group(self, sig: int) -> None:
         """Signal the hook while it runs: SIGTERM, SIGINT and SIGHUP reach the handlers it added
         (a listener flushes what it saw and exits; one with none dies of it, with its host); any
-        other signal (SIGKILL) kills its host."""
+        other signal (SIGKILL) kills its host. A foreground hook's handler at its deadline may keep
+        an export-page lease naming the host's pid, which outlives the run: the tab daemon's sweep
+        closes such pages when the lease expires or the tab closes, instead of at once."""
         if self.returncode is not None:
             return
         stdin = self.host.proc.stdin
@@ -350,7 +347,7 @@ class HostedProcess:
             request = {"signal": signal.Signals(sig).name, "run": self.run}
             stdin.write(json.dumps(request).encode() + b"\n")  # a line: the pipe takes it whole
             return
-        _kill(self.host)
+        self.host.stop()
 
     async def wait(self) -> int:
         await self._exited.wait()
