@@ -236,16 +236,19 @@ setInterval(() => { seen += 1; }, 5);
 """
 
 
-def test_a_hosted_listener_gets_sigterm_reports_and_exits_and_its_host_serves_the_next_hook(tmp_path):
-    listener = make_file_hook(tmp_path, "responses", "on_Snapshot__24_responses.daemon.bg.js", LISTENER)
+def background(hosts: NodeHosts, hook, plugin_dir: Path) -> HookProcess:
+    """A background hook as the executor runs one (stopped with SIGTERM, 5 s to report)."""
+    env = {"PATH": "/usr/bin:/bin"}
+    return HookProcess(hook, [NODE, hook.path], plugin_dir, env, 30, margin=0, kill_grace=5, spawner=hosts)
+
+
+def stopped_then_probe(tmp_path: Path, hook) -> tuple[HookProcess, HookProcess, NodeHosts]:
+    """Start ``hook`` in a host, wait until it is ready, stop it; then run the probe hook."""
     probe = make_hook(tmp_path, "title", PROBE)
     hosts = NodeHosts(tmp_path / "hosts")
 
     async def scenario():
-        proc = HookProcess(
-            listener, [NODE, listener.path], tmp_path / "a" / "responses", {"PATH": "/usr/bin:/bin"}, 30,
-            margin=0, kill_grace=5, spawner=hosts,
-        )  # fmt: skip
+        proc = background(hosts, hook, tmp_path / "a" / hook.plugin)
         await proc.start()
         await proc.wait_ready()
         await proc.stop()
@@ -253,6 +256,12 @@ def test_a_hosted_listener_gets_sigterm_reports_and_exits_and_its_host_serves_th
         return proc, after
 
     proc, after = asyncio.run(closing(hosts, scenario()))
+    return proc, after, hosts
+
+
+def test_a_hosted_listener_gets_sigterm_reports_and_exits_and_its_host_serves_the_next_hook(tmp_path):
+    listener = make_file_hook(tmp_path, "responses", "on_Snapshot__24_responses.daemon.bg.js", LISTENER)
+    proc, after, hosts = stopped_then_probe(tmp_path, listener)
     assert proc.exit_code == 0 and not proc.timed_out
     assert proc._stdout_tail[0] == "listener attached"
     assert [r["output_str"].startswith("saw ") for r in proc.records] == [True]
@@ -264,21 +273,7 @@ def test_a_hosted_hook_without_a_sigterm_handler_dies_of_it_with_its_host(tmp_pa
     sleeper = make_file_hook(
         tmp_path, "dns", "on_Snapshot__22_dns.daemon.bg.js", 'console.log("up");\nsetInterval(() => {}, 1000);\n'
     )
-    probe = make_hook(tmp_path, "title", PROBE)
-    hosts = NodeHosts(tmp_path / "hosts")
-
-    async def scenario():
-        proc = HookProcess(
-            sleeper, [NODE, sleeper.path], tmp_path / "a" / "dns", {"PATH": "/usr/bin:/bin"}, 30,
-            margin=0, kill_grace=5, spawner=hosts,
-        )  # fmt: skip
-        await proc.start()
-        await proc.wait_ready()
-        await proc.stop()
-        after = await run(hosts, probe, tmp_path / "b", {"SHARED": "x"}, "--url=next")
-        return proc, after
-
-    proc, after = asyncio.run(closing(hosts, scenario()))
+    proc, after, hosts = stopped_then_probe(tmp_path, sleeper)
     assert proc.exit_code == -15 and not proc.timed_out  # as a process's death by SIGTERM reads
     assert after.exit_code == 0 and hosts.started == 2
 
@@ -288,19 +283,7 @@ def test_a_pool_keeps_the_hosts_its_listeners_needed_at_once_then_reap_trims_the
     hosts = NodeHosts(tmp_path / "hosts")
 
     async def scenario():
-        procs = [
-            HookProcess(
-                listener,
-                [NODE, listener.path],
-                tmp_path / f"s{i}" / "responses",
-                {"PATH": "/usr/bin:/bin"},
-                30,
-                margin=0,
-                kill_grace=5,
-                spawner=hosts,
-            )  # fmt: skip
-            for i in range(6)
-        ]
+        procs = [background(hosts, listener, tmp_path / f"s{i}" / "responses") for i in range(6)]
         for proc in procs:  # six tabs' listeners at once: six hosts
             await proc.start()
         await asyncio.gather(*(proc.wait_ready() for proc in procs))
