@@ -31,7 +31,7 @@ class Hook(msgspec.Struct, frozen=True):
 
     ``name`` is the file name without its extension (ArchiveResult.hook_name in ArchiveBox,
     e.g. ``on_Snapshot__35_wget.finite.bg``); ``order`` is its NN; ``language`` is ``python`` or
-    ``node``.
+    ``node``; ``desc`` is the part after the NN without its flags (``wget`` above).
     """
 
     plugin: str
@@ -41,6 +41,7 @@ class Hook(msgspec.Struct, frozen=True):
     order: int
     is_background: bool
     language: str
+    desc: str = ""
 
     @property
     def sort_key(self) -> tuple[int, str]:
@@ -77,7 +78,7 @@ def parse_hook(plugin: str, path: Path) -> Hook | None:
     match = HOOK_NAME.match(stem)
     if not match:
         return None
-    flags = match["desc"].split(".")[1:]
+    desc, *flags = match["desc"].split(".")
     return Hook(
         plugin=plugin,
         name=stem,
@@ -86,6 +87,7 @@ def parse_hook(plugin: str, path: Path) -> Hook | None:
         order=int(match["order"] or 0),
         is_background="bg" in flags,
         language=language,
+        desc=desc,
     )
 
 

@@ -33,6 +33,7 @@ const fs = require("fs");
 const path = require("path");
 const Module = require("module");
 const net = require("net");
+const os = require("os");
 const { AsyncLocalStorage } = require("async_hooks");
 
 const CONTROL = Number((process.argv.find((arg) => arg.startsWith("--control=")) || "--control=3").split("=")[1]);
@@ -274,11 +275,9 @@ function finish(run, code) {
   }, 0);
 }
 
-const SIGNALS = { SIGTERM: 15, SIGINT: 2, SIGHUP: 1 };
-
 function signal(request) {
   const run = current;
-  const number = SIGNALS[request.signal];
+  const number = os.constants.signals[request.signal]; // the executor forwards SIGTERM, SIGINT, SIGHUP
   if (!run || run.done || run.id !== request.run || number === undefined) return; // it has ended
   if (process.listenerCount(request.signal) > 0) {
     // only the run's own (finish removes them; the host adds none): as Node calls them, with the

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from boxcar.hook_executor.warm.common import RETRY_AFTER, StartFailures, pipe_reader
 from boxcar.shared.ids import new_id
-from boxcar.shared.plugins import HOOK_NAME, Hook
+from boxcar.shared.plugins import Hook
 from boxcar.shared.procutil import detached
 
 log = logging.getLogger(__name__)
@@ -94,10 +94,7 @@ MAX_RUNS = 200
 
 def hostable(hook: Hook) -> bool:
     """True for the snapshot hooks that run in a host (``HOSTED``)."""
-    if hook.language != "node":
-        return False
-    match = HOOK_NAME.match(hook.name)
-    return bool(match) and match["event"] == "Snapshot" and match["desc"].split(".")[0] in HOSTED
+    return hook.language == "node" and hook.event == "Snapshot" and hook.desc in HOSTED
 
 
 class _Host:
