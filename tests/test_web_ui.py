@@ -16,10 +16,12 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from boxcar.cli.stack import EmbeddedStack
 from boxcar.ingest.web.accounts import create_user
@@ -440,20 +442,26 @@ def test_delete_a_snapshot_and_it_is_gone_from_list_and_search(page, state):
     assert page.goto(f"/snapshots/{state['article']}").status == 404
 
 
-@pytest.fixture
-def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """Ingest alone (no stack) in ``sandboxed-scripts`` mode on a free port, with a user and one
-    archived copy of the hostile page; yields (base URL, the archived page's path)."""
+@contextmanager
+def ingest_alone(tmp_path: Path, page: str, **settings) -> Iterator[tuple[Settings, Database, str]]:
+    """Ingest alone (no stack) on free ports, with a user and one archived page (``page``, the
+    snapshot's ``wget/index.html``); with ``archive_security_mode="separate-origin"`` the archive
+    origin too, on its own port of the same host. Yields (settings, database, the page's path)."""
     import uvicorn
 
     from boxcar.cli.stack import free_port, wait_for_port
-    from boxcar.ingest.app import create_app
+    from boxcar.ingest.app import create_app, create_archive_app
     from boxcar.shared.clock import utcnow
     from boxcar.shared.db.models import Crawl, Snapshot, Status
     from boxcar.shared.storage import snapshot_dir
 
+    separate = settings.get("archive_security_mode") == "separate-origin"
     settings = Settings(
-        data_dir=tmp_path / "data", archive_security_mode="sandboxed-scripts", nats_url="nats://127.0.0.1:9"
+        data_dir=tmp_path / "data",
+        nats_url="nats://127.0.0.1:9",
+        api_port=free_port(),
+        **({"archive_port": free_port()} if separate else {}),
+        **settings,
     )
     db = Database(settings.sqlalchemy_url)
     db.upgrade()
@@ -467,16 +475,34 @@ def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
         s.add(Snapshot(id="a" * 32, crawl_id=crawl.id, url="http://h.test/", url_hash="a" * 64,
                        status=Status.SEALED, output_dir=out))  # fmt: skip
     (settings.data_dir / out / "wget").mkdir(parents=True)
-    (settings.data_dir / out / "wget" / "index.html").write_text(HOSTILE)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, db), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for_port(port, 20)
-    yield f"http://127.0.0.1:{port}", f"/archive/{'a' * 32}/wget/index.html"
-    server.should_exit = True
-    thread.join(10)
-    db.dispose()
+    (settings.data_dir / out / "wget" / "index.html").write_text(page)
+    apps = [(create_app(settings, db), settings.api_port)]
+    if separate:
+        apps.append((create_archive_app(settings, db), settings.archive_port))
+    servers = [
+        uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")) for app, port in apps
+    ]
+    threads = [threading.Thread(target=server.run, daemon=True) for server in servers]
+    for thread in threads:
+        thread.start()
+    try:
+        for _, port in apps:
+            wait_for_port(port, 20)
+        yield settings, db, f"/archive/{'a' * 32}/wget/index.html"
+    finally:
+        for server in servers:
+            server.should_exit = True
+        for thread in threads:
+            thread.join(10)
+        db.dispose()
+
+
+@pytest.fixture
+def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Ingest alone in ``sandboxed-scripts`` mode with the hostile page archived; yields (base URL,
+    the archived page's path)."""
+    with ingest_alone(tmp_path, HOSTILE, archive_security_mode="sandboxed-scripts") as (settings, _db, path):
+        yield f"http://127.0.0.1:{settings.api_port}", path
 
 
 def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(browser, sandboxed_server):
@@ -499,6 +525,46 @@ def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(brow
     assert any(c["name"] == "boxcar_session" for c in context.cookies())  # though the browser holds one
     shot(tab, "10-sandboxed-scripts")
     context.close()
+
+
+#: An archived page that forges a form post to Boxcar from the archive origin (same host, another
+#: port: same-site, so the session cookie goes along): it plants a CSRF cookie holding a token
+#: Boxcar signed (anyone gets one from /login) and posts that token with the form.
+FORGER = """<!doctype html><html><head><title>Forger</title></head><body>
+<form id="f" method="post" action="%(target)s/settings/tokens">
+<input name="name" value="forged-by-archived-page"><input name="_csrf_token" value="%(token)s"></form>
+<script>document.cookie = "csrftoken=%(token)s; path=/"; document.getElementById("f").submit();</script>
+</body></html>"""
+
+
+def test_an_archived_page_on_the_archive_origin_cannot_post_boxcar_s_forms(browser, tmp_path):
+    import httpx
+
+    from boxcar.shared.db.models import ApiToken
+
+    with ingest_alone(tmp_path, "", archive_security_mode="separate-origin") as (settings, db, path):
+        main, archive = f"http://127.0.0.1:{settings.api_port}", f"http://127.0.0.1:{settings.archive_port}"
+        token = httpx.get(f"{main}/login").cookies["csrftoken"]  # a token Boxcar signed, for anyone
+        archived = next(settings.data_dir.glob("archive/**/wget/index.html"))
+        archived.write_text(FORGER % {"target": main, "token": token})
+        context = browser.new_context(base_url=main)
+        tab = context.new_page()
+        tab.goto("/login")
+        tab.fill("input[name=username]", "alice")
+        tab.fill("input[name=password]", PASSWORD)
+        tab.click("button[type=submit]")
+        tab.wait_for_url(re.compile(r"/$"))
+        context.clear_cookies(name="csrftoken")  # the page's cookie is the only one (an expired one, a new tab)
+        with tab.expect_navigation(url=re.compile(re.escape(main) + "/settings/tokens")) as landed:
+            tab.goto(archive + path)  # the archived page runs with its own origin, and posts
+        answer = landed.value
+        assert answer.status == 403, answer.status
+        assert "Cross-origin request refused" in tab.content()
+        shot(tab, "11-forged-post-refused")
+        assert any(c["name"] == "boxcar_session" for c in context.cookies())  # it had the session
+        with db.read() as s:
+            assert not s.scalars(select(ApiToken).where(ApiToken.name == "forged-by-archived-page")).all()
+        context.close()
 
 
 def test_status_says_which_services_are_alive(stack):

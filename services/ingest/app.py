@@ -52,6 +52,7 @@ from boxcar.ingest.status import StackStatus, stack_status
 from boxcar.ingest.web.accounts import LoginRequired, viewer_of
 from boxcar.ingest.web.archive import ArchiveFiles
 from boxcar.ingest.web.archive_pages import ArchiveFilesController, ReplayController
+from boxcar.ingest.web.cross_origin import CrossOriginProtection
 from boxcar.ingest.web.hooks import WebhookPages
 from boxcar.ingest.web.pages import AccountPages, AddPage, CrawlPages, FeedPages, SnapshotPages, login_redirect
 from boxcar.ingest.web.people import AdminPages, SharePages
@@ -278,7 +279,8 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             components=components(),
         ),
         cors_config=EXTENSION_CORS,
-        middleware=[HTTP_METRICS.middleware],
+        # a form post from another origin is refused whatever its cookies (web/cross_origin.py)
+        middleware=[HTTP_METRICS.middleware, CrossOriginProtection()],
         request_max_body_size=settings.max_request_body,
         before_send=[allow_every_method],
     )

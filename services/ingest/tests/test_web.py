@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from litestar.testing import TestClient
+from sqlalchemy import select
 
 from boxcar.ingest.access import operator
 from boxcar.ingest.api.auth import create_token
@@ -256,6 +257,42 @@ def test_guessing_passwords_is_throttled_per_account_without_naming_accounts(arc
         with archive["db"].read() as s:
             assert s.get(LoginThrottle, "account:alice") is None
     logging.getLogger("boxcar.ingest.web.accounts").removeHandler(handler)
+
+
+def test_a_form_post_from_another_origin_is_refused_even_with_a_valid_token(archive):
+    """A page of another origin (an archived page on the archive origin: same host, other port, so
+    same-site and able to plant a ``csrftoken`` cookie) cannot post Boxcar's forms, though its token
+    is one Boxcar signed; Boxcar's own pages and non-browser clients can (web/cross_origin.py)."""
+    from boxcar.shared.db.models import ApiToken
+
+    with client(archive) as c:
+        log_in(c)
+        token = csrf(c, "/settings")
+        forged = [
+            {"sec-fetch-site": "same-site"},
+            {"sec-fetch-site": "cross-site"},
+            {"origin": "http://testserver.local:8123"},  # a browser without Fetch Metadata
+            {"origin": "null"},  # a sandboxed page
+        ]
+        for headers in forged:
+            refused = c.post("/settings/tokens", data={"name": "forged", "_csrf_token": token}, headers=headers)
+            assert refused.status_code == 403 and "Cross-origin request refused" in refused.text, headers
+        for headers in forged[:2]:  # logging in (or out) is a change too
+            login = c.post(
+                "/login", data={"username": "alice", "password": PASSWORD, "_csrf_token": token}, headers=headers
+            )
+            assert login.status_code == 403, headers
+        own = [{"sec-fetch-site": "same-origin"}, {"sec-fetch-site": "none"}, {"origin": "http://testserver.local"}, {}]
+        for headers in own:
+            created = c.post("/settings/tokens", data={"name": "mine", "_csrf_token": token}, headers=headers)
+            assert created.status_code == 201, (headers, created.text)
+        api_token = create_token(archive["db"], "script")  # the API takes tokens, not cookies: not checked
+        extension = {"Authorization": f"Bearer {api_token}", "sec-fetch-site": "cross-site"}
+        queued = c.post("/api/v1/crawls", json={"urls": ["http://x.example/1"]}, headers=extension)
+        assert queued.status_code == 201, queued.text
+    with archive["db"].read() as s:
+        names = [t.name for t in s.scalars(select(ApiToken))]
+    assert "forged" not in names and names.count("mine") == len(own)
 
 
 def test_csrf_cookie_is_httponly_and_pages_refuse_framing(archive):

@@ -1,0 +1,78 @@
+"""Cross-origin protection for the web UI: a browser's request that changes something (any method
+but GET, HEAD, OPTIONS) must come from a page of Boxcar's own origin.
+
+The CSRF token alone is not enough here. Litestar's token is a double-submit cookie: any token it
+ever signed is valid for anyone, so a page that can write a ``csrftoken`` cookie Boxcar's origin
+receives can forge a form post with a token of its own. Cookies are shared by every port of a host,
+so with ``ARCHIVE_SECURITY_MODE=separate-origin`` an archived page's script on the archive origin
+(same host, ``ARCHIVE_PORT``) can write that cookie, and its form posts to Boxcar are same-site:
+they carry the session cookie despite ``SameSite=Lax``. This check refuses them, whatever the
+cookies say.
+
+The rule is the Fetch Metadata one, as Go's ``net/http.CrossOriginProtection`` (Go 1.25) applies it:
+
+- ``Sec-Fetch-Site: same-origin`` or ``none`` (typed in, a bookmark): allowed; any other value
+  (``same-site``, ``cross-site``): refused;
+- without ``Sec-Fetch-Site`` (browsers before 2023), an ``Origin`` header must name the host the
+  request was sent to (``Host``); a request with neither header is not from a browser's page (curl,
+  the CLI, the tests) and is allowed (the CSRF token still applies).
+
+Paths that take an API token and never the session cookie (``routes.CSRF_EXEMPT``) are not checked:
+the browser extension calls them from its own origin.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from litestar.datastructures import Headers
+from litestar.enums import ScopeType
+from litestar.exceptions import PermissionDeniedException
+from litestar.middleware import ASGIMiddleware
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from boxcar.ingest import routes
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: ``Sec-Fetch-Site`` values of a request a page of the same origin (or the user) started
+SAME_ORIGIN = frozenset({"same-origin", "none"})
+_EXEMPT = re.compile("|".join(routes.CSRF_EXEMPT))
+
+
+def cross_origin_refusal(method: str, headers: Headers) -> str:
+    """Why a request must be refused as cross-origin, or ``""`` when it may go on.
+
+    Args:
+        method: the HTTP method (upper case).
+        headers: the request's headers (``Sec-Fetch-Site``, ``Origin``, ``Host``).
+    """
+    if method in SAFE_METHODS:
+        return ""
+    site = headers.get("sec-fetch-site", "").strip().lower()
+    if site:
+        return "" if site in SAME_ORIGIN else f"a {site} request may not change anything here"
+    origin = headers.get("origin", "").strip()
+    if not origin:
+        return ""
+    try:
+        sent_from = urlsplit(origin).netloc.lower()
+    except ValueError:
+        sent_from = ""
+    if sent_from and sent_from == headers.get("host", "").strip().lower():
+        return ""
+    return f"a request from {origin[:100]} may not change anything here"
+
+
+class CrossOriginProtection(ASGIMiddleware):
+    """Refuses (403, ``PermissionDeniedException``) a state-changing request that a browser sent
+    from another origin (``cross_origin_refusal``), before the CSRF check and the handler."""
+
+    scopes = (ScopeType.HTTP,)
+    should_bypass_for_scope = staticmethod(lambda scope: _EXEMPT.match(scope["path"]) is not None)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        reason = cross_origin_refusal(scope["method"], Headers.from_scope(scope))
+        if reason:
+            raise PermissionDeniedException(f"Cross-origin request refused: {reason}")
+        await next_app(scope, receive, send)
