@@ -505,8 +505,8 @@ def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
         yield f"http://127.0.0.1:{settings.api_port}", path
 
 
-def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(browser, sandboxed_server):
-    base, path = sandboxed_server
+def logged_in(browser, base: str):
+    """A new browser context at ``base`` and a tab in it where alice has logged in."""
     context = browser.new_context(base_url=base)
     tab = context.new_page()
     tab.goto("/login")
@@ -514,6 +514,12 @@ def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(brow
     tab.fill("input[name=password]", PASSWORD)
     tab.click("button[type=submit]")
     tab.wait_for_url(re.compile(r"/$"))
+    return context, tab
+
+
+def test_sandboxed_scripts_run_in_an_opaque_origin_without_boxcar_s_cookies(browser, sandboxed_server):
+    base, path = sandboxed_server
+    context, tab = logged_in(browser, base)
     sent: list = []
     tab.on("request", lambda request: sent.append(request) if "/api/" in request.url else None)
     tab.goto(path)
@@ -547,13 +553,7 @@ def test_an_archived_page_on_the_archive_origin_cannot_post_boxcar_s_forms(brows
         token = httpx.get(f"{main}/login").cookies["csrftoken"]  # a token Boxcar signed, for anyone
         archived = next(settings.data_dir.glob("archive/**/wget/index.html"))
         archived.write_text(FORGER % {"target": main, "token": token})
-        context = browser.new_context(base_url=main)
-        tab = context.new_page()
-        tab.goto("/login")
-        tab.fill("input[name=username]", "alice")
-        tab.fill("input[name=password]", PASSWORD)
-        tab.click("button[type=submit]")
-        tab.wait_for_url(re.compile(r"/$"))
+        context, tab = logged_in(browser, main)
         context.clear_cookies(name="csrftoken")  # the page's cookie is the only one (an expired one, a new tab)
         with tab.expect_navigation(url=re.compile(re.escape(main) + "/settings/tokens")) as landed:
             tab.goto(archive + path)  # the archived page runs with its own origin, and posts
