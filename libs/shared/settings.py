@@ -297,8 +297,8 @@ class Settings(BaseSettings):
     )
     public_url: str = Field(
         default="",
-        description="Public base URL of the web UI and API, e.g. https://boxcar.example.lan (webhooks' links; "
-        "empty: links are relative)",
+        description="Public base URL of the web UI and API, e.g. https://boxcar.example.lan (webhooks' links, and "
+        "the origin whose form posts are taken where a proxy rewrites Host; empty: links are relative)",
     )
 
     # --- metrics (Prometheus)

@@ -280,7 +280,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
         ),
         cors_config=EXTENSION_CORS,
         # a form post from another origin is refused whatever its cookies (web/cross_origin.py)
-        middleware=[HTTP_METRICS.middleware, CrossOriginProtection()],
+        middleware=[HTTP_METRICS.middleware, CrossOriginProtection(settings.public_url)],
         request_max_body_size=settings.max_request_body,
         before_send=[allow_every_method],
     )

@@ -13,9 +13,15 @@ The rule is the Fetch Metadata one, as Go's ``net/http.CrossOriginProtection`` (
 
 - ``Sec-Fetch-Site: same-origin`` or ``none`` (typed in, a bookmark): allowed; any other value
   (``same-site``, ``cross-site``): refused;
-- without ``Sec-Fetch-Site`` (browsers before 2023), an ``Origin`` header must name the host the
-  request was sent to (``Host``); a request with neither header is not from a browser's page (curl,
-  the CLI, the tests) and is allowed (the CSRF token still applies).
+- without ``Sec-Fetch-Site``, an ``Origin`` header must name the host the request was sent to
+  (``Host``) or be ``PUBLIC_URL``'s origin (for a proxy that rewrites ``Host``). Browsers send
+  ``Sec-Fetch-Site`` only to HTTPS and localhost origins (and not before 2020–2023), so a plain-HTTP
+  LAN deployment gets this check;
+- a request with neither header is not from a browser's page (curl, the CLI, the tests) and is
+  allowed (the CSRF token still applies).
+
+A refusal is a 403 answered here (JSON ``{"status_code", "detail"}``, as Litestar's own), so the
+HTTP metrics count it as one.
 
 Paths that take an API token and never the session cookie (``routes.CSRF_EXEMPT``) are not checked:
 the browser extension calls them from its own origin.
@@ -26,10 +32,11 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+import msgspec
 from litestar.datastructures import Headers
-from litestar.enums import ScopeType
-from litestar.exceptions import PermissionDeniedException
+from litestar.enums import MediaType, ScopeType
 from litestar.middleware import ASGIMiddleware
+from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from boxcar.ingest import routes
@@ -40,12 +47,22 @@ SAME_ORIGIN = frozenset({"same-origin", "none"})
 _EXEMPT = re.compile("|".join(routes.CSRF_EXEMPT))
 
 
-def cross_origin_refusal(method: str, headers: Headers) -> str:
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, lower case (``""`` for one without a host)."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return ""
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else ""
+
+
+def cross_origin_refusal(method: str, headers: Headers, trusted: frozenset[str] = frozenset()) -> str:
     """Why a request must be refused as cross-origin, or ``""`` when it may go on.
 
     Args:
         method: the HTTP method (upper case).
         headers: the request's headers (``Sec-Fetch-Site``, ``Origin``, ``Host``).
+        trusted: origins (``origin_of``) accepted in ``Origin`` whatever ``Host`` says.
     """
     if method in SAFE_METHODS:
         return ""
@@ -55,24 +72,31 @@ def cross_origin_refusal(method: str, headers: Headers) -> str:
     origin = headers.get("origin", "").strip()
     if not origin:
         return ""
-    try:
-        sent_from = urlsplit(origin).netloc.lower()
-    except ValueError:
-        sent_from = ""
-    if sent_from and sent_from == headers.get("host", "").strip().lower():
+    sent_from = origin_of(origin)
+    if sent_from and (sent_from.split("://", 1)[1] == headers.get("host", "").strip().lower() or sent_from in trusted):
         return ""
     return f"a request from {origin[:100]} may not change anything here"
 
 
 class CrossOriginProtection(ASGIMiddleware):
-    """Refuses (403, ``PermissionDeniedException``) a state-changing request that a browser sent
-    from another origin (``cross_origin_refusal``), before the CSRF check and the handler."""
+    """Answers 403 to a state-changing request that a browser sent from another origin
+    (``cross_origin_refusal``), before the CSRF check and the handler.
+
+    Args:
+        public_url: ``PUBLIC_URL``; its origin is trusted in ``Origin`` (empty: none).
+    """
 
     scopes = (ScopeType.HTTP,)
     should_bypass_for_scope = staticmethod(lambda scope: _EXEMPT.match(scope["path"]) is not None)
 
+    def __init__(self, public_url: str = "") -> None:
+        self.trusted = frozenset(filter(None, [origin_of(public_url)]))
+
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        reason = cross_origin_refusal(scope["method"], Headers.from_scope(scope))
-        if reason:
-            raise PermissionDeniedException(f"Cross-origin request refused: {reason}")
-        await next_app(scope, receive, send)
+        reason = cross_origin_refusal(scope["method"], Headers.from_scope(scope), self.trusted)
+        if not reason:
+            await next_app(scope, receive, send)
+            return
+        body = {"status_code": 403, "detail": f"Cross-origin request refused: {reason}"}
+        refusal = ASGIResponse(body=msgspec.json.encode(body), status_code=403, media_type=MediaType.JSON)
+        await refusal(scope, receive, send)
