@@ -443,10 +443,11 @@ def test_delete_a_snapshot_and_it_is_gone_from_list_and_search(page, state):
 
 
 @contextmanager
-def ingest_alone(tmp_path: Path, page: str, **settings) -> Iterator[tuple[Settings, Database, str]]:
+def ingest_alone(tmp_path: Path, page: str, **overrides) -> Iterator[tuple[Settings, Database, str, Path]]:
     """Ingest alone (no stack) on free ports, with a user and one archived page (``page``, the
     snapshot's ``wget/index.html``); with ``archive_security_mode="separate-origin"`` the archive
-    origin too, on its own port of the same host. Yields (settings, database, the page's path)."""
+    origin too, on its own port of the same host. Yields (settings, database, the page's URL path,
+    the page's file)."""
     import uvicorn
 
     from boxcar.cli.stack import free_port, wait_for_port
@@ -455,14 +456,11 @@ def ingest_alone(tmp_path: Path, page: str, **settings) -> Iterator[tuple[Settin
     from boxcar.shared.db.models import Crawl, Snapshot, Status
     from boxcar.shared.storage import snapshot_dir
 
-    separate = settings.get("archive_security_mode") == "separate-origin"
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        nats_url="nats://127.0.0.1:9",
-        api_port=free_port(),
-        **({"archive_port": free_port()} if separate else {}),
-        **settings,
-    )
+    separate = overrides.get("archive_security_mode") == "separate-origin"
+    api_port = free_port()
+    if separate:  # a port of its own (two free_port() calls may name the same one)
+        overrides["archive_port"] = next(port for port in iter(free_port, None) if port != api_port)
+    settings = Settings(data_dir=tmp_path / "data", nats_url="nats://127.0.0.1:9", api_port=api_port, **overrides)
     db = Database(settings.sqlalchemy_url)
     db.upgrade()
     create_user(db, "alice", PASSWORD, role="admin")
@@ -474,8 +472,9 @@ def ingest_alone(tmp_path: Path, page: str, **settings) -> Iterator[tuple[Settin
         s.flush()
         s.add(Snapshot(id="a" * 32, crawl_id=crawl.id, url="http://h.test/", url_hash="a" * 64,
                        status=Status.SEALED, output_dir=out))  # fmt: skip
-    (settings.data_dir / out / "wget").mkdir(parents=True)
-    (settings.data_dir / out / "wget" / "index.html").write_text(page)
+    archived = settings.data_dir / out / "wget" / "index.html"
+    archived.parent.mkdir(parents=True)
+    archived.write_text(page)
     apps = [(create_app(settings, db), settings.api_port)]
     if separate:
         apps.append((create_archive_app(settings, db), settings.archive_port))
@@ -488,7 +487,7 @@ def ingest_alone(tmp_path: Path, page: str, **settings) -> Iterator[tuple[Settin
     try:
         for _, port in apps:
             wait_for_port(port, 20)
-        yield settings, db, f"/archive/{'a' * 32}/wget/index.html"
+        yield settings, db, f"/archive/{'a' * 32}/wget/index.html", archived
     finally:
         for server in servers:
             server.should_exit = True
@@ -501,7 +500,7 @@ def ingest_alone(tmp_path: Path, page: str, **settings) -> Iterator[tuple[Settin
 def sandboxed_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """Ingest alone in ``sandboxed-scripts`` mode with the hostile page archived; yields (base URL,
     the archived page's path)."""
-    with ingest_alone(tmp_path, HOSTILE, archive_security_mode="sandboxed-scripts") as (settings, _db, path):
+    with ingest_alone(tmp_path, HOSTILE, archive_security_mode="sandboxed-scripts") as (settings, _db, path, _file):
         yield f"http://127.0.0.1:{settings.api_port}", path
 
 
@@ -548,10 +547,9 @@ def test_an_archived_page_on_the_archive_origin_cannot_post_boxcar_s_forms(brows
 
     from boxcar.shared.db.models import ApiToken
 
-    with ingest_alone(tmp_path, "", archive_security_mode="separate-origin") as (settings, db, path):
+    with ingest_alone(tmp_path, "", archive_security_mode="separate-origin") as (settings, db, path, archived):
         main, archive = f"http://127.0.0.1:{settings.api_port}", f"http://127.0.0.1:{settings.archive_port}"
         token = httpx.get(f"{main}/login").cookies["csrftoken"]  # a token Boxcar signed, for anyone
-        archived = next(settings.data_dir.glob("archive/**/wget/index.html"))
         archived.write_text(FORGER % {"target": main, "token": token})
         context, tab = logged_in(browser, main)
         context.clear_cookies(name="csrftoken")  # the page's cookie is the only one (an expired one, a new tab)

@@ -256,6 +256,24 @@ class UrlFilter:
         return None
 
 
+def origin(url: str) -> str:
+    """The origin of a URL as text, ``scheme://host[:port]`` (RFC 6454 §6.2 serialization): scheme
+    and host lower case, the scheme's default port dropped, IPv6 hosts in brackets; ``""`` for a
+    URL without a scheme or a host, or with a malformed port. What the browser sends in ``Origin``
+    for a page of that URL, so two URLs are same-origin exactly when their ``origin`` is equal.
+    """
+    try:
+        parts = urlsplit(url.strip())
+        host, port = (parts.hostname or ""), parts.port
+    except ValueError:
+        return ""
+    scheme = parts.scheme.lower()
+    if not scheme or not host:
+        return ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != _DEFAULT_PORTS.get(scheme) else "")
+
+
 def url_domain(url: str) -> str:
     """A URL's host name in lower case (no port), "" when it has none: ``Snapshot.domain``."""
     from urllib.parse import urlsplit

@@ -24,23 +24,17 @@ import itertools
 import json
 import logging
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection
 
 from boxcar.hook_executor import cdp
+from boxcar.shared.urls import origin
 
 log = logging.getLogger(__name__)
 
 #: CDP messages can carry request bodies; more than this and the connection closes (the task's
 #: hooks go on, the page's requests are no longer paused)
 MAX_MESSAGE = 64 * 1024 * 1024
-
-
-def origin(url: str) -> tuple[str, str, int]:
-    """``(scheme, host, port)`` of an http(s) URL, default ports filled in."""
-    parts = urlsplit(url)
-    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
 
 
 class BasicAuthResponder:
@@ -108,7 +102,8 @@ class BasicAuthResponder:
 
     async def _answer(self, params: dict) -> None:
         challenge = params.get("authChallenge") or {}
-        ours = challenge.get("source") == "Server" and origin(challenge.get("origin", "")) == self.origin
+        sent_from = origin(challenge.get("origin", ""))
+        ours = challenge.get("source") == "Server" and bool(sent_from) and sent_from == self.origin
         if ours and self.password:
             self.answered += 1
             response = {"response": "ProvideCredentials", "username": self.username, "password": self.password}

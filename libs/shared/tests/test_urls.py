@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.provisional import urls as hypothesis_urls
 
-from boxcar.shared.urls import InvalidURL, canonical_parts, canonicalize, strip_userinfo, url_key, with_userinfo
+from boxcar.shared.urls import (
+    InvalidURL,
+    canonical_parts,
+    canonicalize,
+    origin,
+    strip_userinfo,
+    url_key,
+    with_userinfo,
+)
 
 
 @pytest.mark.parametrize(
@@ -135,3 +143,23 @@ def test_userinfo_is_split_off_and_can_be_put_back_or_stripped():
     assert with_userinfo(url, userinfo) == "http://alice:s3cret%40x@example.com/private/"
     text = 'see "http://alice:pw@example.com/a" and https://bob@host.example/ or mail@example.com'
     assert strip_userinfo(text) == 'see "http://example.com/a" and https://host.example/ or mail@example.com'
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://Example.COM/path?q#f", "https://example.com"),
+        ("https://example.com:443/", "https://example.com"),  # the scheme's default port is no part of it
+        ("http://example.com:443/", "http://example.com:443"),
+        ("http://user:pw@127.0.0.1:8000/x", "http://127.0.0.1:8000"),  # userinfo is not
+        ("http://[::1]:80/", "http://[::1]"),
+        (" HTTP://a.test ", "http://a.test"),
+        ("/relative/path", ""),
+        ("null", ""),  # what a sandboxed page sends as Origin
+        ("http://a.test:99999/", ""),  # a malformed port
+        ("http://", ""),
+    ],
+)
+def test_origin_is_the_serialized_origin_browsers_send(url, expected):
+    assert origin(url) == expected
+    assert origin(origin(url)) == origin(url)  # it is one

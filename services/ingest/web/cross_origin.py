@@ -40,20 +40,12 @@ from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from boxcar.ingest import routes
+from boxcar.shared.urls import origin as origin_of
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: ``Sec-Fetch-Site`` values of a request a page of the same origin (or the user) started
 SAME_ORIGIN = frozenset({"same-origin", "none"})
 _EXEMPT = re.compile("|".join(routes.CSRF_EXEMPT))
-
-
-def origin_of(url: str) -> str:
-    """``scheme://host[:port]`` of ``url``, lower case (``""`` for one without a host)."""
-    try:
-        parts = urlsplit(url.strip())
-    except ValueError:
-        return ""
-    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else ""
 
 
 def cross_origin_refusal(method: str, headers: Headers, trusted: frozenset[str] = frozenset()) -> str:
@@ -62,7 +54,7 @@ def cross_origin_refusal(method: str, headers: Headers, trusted: frozenset[str] 
     Args:
         method: the HTTP method (upper case).
         headers: the request's headers (``Sec-Fetch-Site``, ``Origin``, ``Host``).
-        trusted: origins (``origin_of``) accepted in ``Origin`` whatever ``Host`` says.
+        trusted: origins (``urls.origin``) accepted in ``Origin`` whatever ``Host`` says.
     """
     if method in SAFE_METHODS:
         return ""
@@ -73,7 +65,9 @@ def cross_origin_refusal(method: str, headers: Headers, trusted: frozenset[str] 
     if not origin:
         return ""
     sent_from = origin_of(origin)
-    if sent_from and (sent_from.split("://", 1)[1] == headers.get("host", "").strip().lower() or sent_from in trusted):
+    # Host read as an origin of the same scheme: what Go compares (Origin's host to Host), with
+    # the scheme's default port written or not alike
+    if sent_from and sent_from in (origin_of(f"{urlsplit(sent_from).scheme}://{headers.get('host', '')}"), *trusted):
         return ""
     return f"a request from {origin[:100]} may not change anything here"
 
@@ -93,6 +87,9 @@ class CrossOriginProtection(ASGIMiddleware):
         self.trusted = frozenset(filter(None, [origin_of(public_url)]))
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        if scope["method"] in SAFE_METHODS:
+            await next_app(scope, receive, send)
+            return
         reason = cross_origin_refusal(scope["method"], Headers.from_scope(scope), self.trusted)
         if not reason:
             await next_app(scope, receive, send)

@@ -35,7 +35,7 @@ from boxcar.ingest.signals import BusUnavailable, Signals
 from boxcar.ingest.web import accounts, replay
 from boxcar.ingest.web.accounts import SESSION_COOKIE, require_login, require_viewer, viewer_of
 from boxcar.ingest.web.archive import archive_origin
-from boxcar.shared import spanlog
+from boxcar.shared import spanlog, urls
 from boxcar.shared.crawlconfig import parse_depth
 from boxcar.shared.db.models import LIST_VIEWS
 from boxcar.shared.importers import extract_urls
@@ -98,8 +98,7 @@ def save_from_anywhere(request: Request) -> dict[str, str]:
     """``/settings``' bookmarklet and this server's origin, as the browser reached it. The
     bookmarklet opens ``/add?url=…&title=…`` in a new tab (the current one if pop-ups are blocked);
     ``/add`` needs a session, so it works where the person is logged in."""
-    parts = urlsplit(str(request.url))
-    origin = f"{parts.scheme}://{parts.netloc}"
+    origin = urls.origin(str(request.url))
     add = json.dumps(origin + routes.ADD + "?url=")
     code = (
         f"(()=>{{const u={add}+encodeURIComponent(location.href)+'&title='+encodeURIComponent(document.title);"
