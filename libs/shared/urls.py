@@ -257,10 +257,12 @@ class UrlFilter:
 
 
 def origin(url: str) -> str:
-    """The origin of a URL as text, ``scheme://host[:port]`` (RFC 6454 §6.2 serialization): scheme
-    and host lower case, the scheme's default port dropped, IPv6 hosts in brackets; ``""`` for a
-    URL without a scheme or a host, or with a malformed port. What the browser sends in ``Origin``
-    for a page of that URL, so two URLs are same-origin exactly when their ``origin`` is equal.
+    """The origin of an http(s) URL as text, ``scheme://host[:port]`` (RFC 6454 §6.2
+    serialization): scheme and host lower case, the scheme's default port dropped, IPv6 hosts in
+    brackets; ``""`` for a URL without a scheme or a host, or with a malformed port. For the URLs
+    Boxcar handles (``canonicalize``d ones, the ``Origin`` and ``Host`` a browser sends) it is what
+    the browser sends in ``Origin``; it does not IDNA-encode or resolve odd IPv4 forms (``0x7f.1``),
+    and ``""`` is nobody's origin (callers check for it before comparing).
     """
     try:
         parts = urlsplit(url.strip())

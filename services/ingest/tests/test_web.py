@@ -274,6 +274,7 @@ def test_a_form_post_from_another_origin_is_refused_even_with_a_valid_token(arch
             {"origin": "http://testserver.local:8123"},  # a browser without Fetch Metadata
             {"origin": "null"},  # a sandboxed page
             {"sec-fetch-site": "same-site", "origin": "http://testserver.local"},  # Fetch Metadata decides
+            {"origin": "http://testserver.local", "host": "evil.test@testserver.local"},  # a Host that is no host
         ]
         for headers in forged:
             refused = c.post("/settings/tokens", data={"name": "forged", "_csrf_token": token}, headers=headers)
@@ -283,7 +284,13 @@ def test_a_form_post_from_another_origin_is_refused_even_with_a_valid_token(arch
                 "/login", data={"username": "alice", "password": PASSWORD, "_csrf_token": token}, headers=headers
             )
             assert login.status_code == 403 and "Cross-origin request refused" in login.text, headers
-        own = [{"sec-fetch-site": "same-origin"}, {"sec-fetch-site": "none"}, {"origin": "http://testserver.local"}, {}]
+        own = [
+            {"sec-fetch-site": "same-origin"},
+            {"sec-fetch-site": "none"},
+            {"origin": "http://testserver.local"},
+            {"origin": "http://testserver.local", "host": "testserver.local:80"},  # the default port written
+            {},
+        ]
         for headers in own:
             created = c.post("/settings/tokens", data={"name": "mine", "_csrf_token": token}, headers=headers)
             assert created.status_code == 201, (headers, created.text)

@@ -46,6 +46,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: ``Sec-Fetch-Site`` values of a request a page of the same origin (or the user) started
 SAME_ORIGIN = frozenset({"same-origin", "none"})
 _EXEMPT = re.compile("|".join(routes.CSRF_EXEMPT))
+_NOT_HOST = re.compile(r"[@/?#\\\s]")
 
 
 def cross_origin_refusal(method: str, headers: Headers, trusted: frozenset[str] = frozenset()) -> str:
@@ -66,8 +67,11 @@ def cross_origin_refusal(method: str, headers: Headers, trusted: frozenset[str] 
         return ""
     sent_from = origin_of(origin)
     # Host read as an origin of the same scheme: what Go compares (Origin's host to Host), with
-    # the scheme's default port written or not alike
-    if sent_from and sent_from in (origin_of(f"{urlsplit(sent_from).scheme}://{headers.get('host', '')}"), *trusted):
+    # the scheme's default port written or not alike; a Host that is more than host[:port]
+    # (userinfo, a path) is nobody's
+    host = headers.get("host", "")
+    here = "" if _NOT_HOST.search(host) else origin_of(f"{urlsplit(sent_from).scheme}://{host}")
+    if sent_from and sent_from in (here, *trusted):
         return ""
     return f"a request from {origin[:100]} may not change anything here"
 
