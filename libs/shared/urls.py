@@ -278,8 +278,6 @@ def origin(url: str) -> str:
 
 def url_domain(url: str) -> str:
     """A URL's host name in lower case (no port), "" when it has none: ``Snapshot.domain``."""
-    from urllib.parse import urlsplit
-
     try:
         return (urlsplit(url).hostname or "")[:255]
     except ValueError:

@@ -49,16 +49,14 @@ _EXEMPT = re.compile("|".join(routes.CSRF_EXEMPT))
 _NOT_HOST = re.compile(r"[@/?#\\\s]")
 
 
-def cross_origin_refusal(method: str, headers: Headers, trusted: frozenset[str] = frozenset()) -> str:
-    """Why a request must be refused as cross-origin, or ``""`` when it may go on.
+def cross_origin_refusal(headers: Headers, trusted: frozenset[str] = frozenset()) -> str:
+    """Why a state-changing request (any method but ``SAFE_METHODS``: the caller lets those
+    through) must be refused as cross-origin, or ``""`` when it may go on.
 
     Args:
-        method: the HTTP method (upper case).
         headers: the request's headers (``Sec-Fetch-Site``, ``Origin``, ``Host``).
         trusted: origins (``urls.origin``) accepted in ``Origin`` whatever ``Host`` says.
     """
-    if method in SAFE_METHODS:
-        return ""
     site = headers.get("sec-fetch-site", "").strip().lower()
     if site:
         return "" if site in SAME_ORIGIN else f"a {site} request may not change anything here"
@@ -94,7 +92,7 @@ class CrossOriginProtection(ASGIMiddleware):
         if scope["method"] in SAFE_METHODS:
             await next_app(scope, receive, send)
             return
-        reason = cross_origin_refusal(scope["method"], Headers.from_scope(scope), self.trusted)
+        reason = cross_origin_refusal(Headers.from_scope(scope), self.trusted)
         if not reason:
             await next_app(scope, receive, send)
             return
