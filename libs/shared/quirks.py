@@ -66,6 +66,13 @@ class Quirk(msgspec.Struct, frozen=True, kw_only=True):
             what the UI shows first (title, screenshot).
         first_look_when_equal: config keys that must all resolve to the same value for that early
             run (else the hook keeps its NN place: the early run would change what later hooks see).
+        reads_page: its foreground hook only reads the snapshot's tab (``page.evaluate`` of code
+            that changes nothing, a capture the page cannot see): it starts together with the
+            ``reads_page`` hooks next to it in the run order, as each still runs after every hook
+            that may change the page before it and before every one after it
+            (``hook_executor.order.start_batches``). Not: screenshot (sets the viewport, brings the
+            tab to the front), pdf (printing fires the page's ``beforeprint``/``afterprint``
+            handlers), SingleFile (its page script loads deferred images).
     """
 
     plugin: str
@@ -82,6 +89,7 @@ class Quirk(msgspec.Struct, frozen=True, kw_only=True):
     hook_labels: dict[str, str] = {}
     first_look: bool = False
     first_look_when_equal: tuple[str, ...] = ()
+    reads_page: bool = False
 
 
 QUIRKS: tuple[Quirk, ...] = (
@@ -172,8 +180,29 @@ QUIRKS: tuple[Quirk, ...] = (
         ),
         title_rank=1,
         first_look=True,
+        reads_page=True,
     ),
-    Quirk(plugin="seo", reason="og:title and friends: the title when <title> is empty.", title_rank=2),
+    Quirk(
+        plugin="seo",
+        reason="og:title and friends, read with one page.evaluate: the title when <title> is empty.",
+        title_rank=2,
+        reads_page=True,
+    ),
+    Quirk(
+        plugin="dom",
+        reason="The rendered DOM, serialized from a clone (computed image sizes copied onto it; the page is untouched).",
+        reads_page=True,
+    ),
+    Quirk(
+        plugin="chrome_mhtml",
+        reason="Page.captureSnapshot of the tab: a capture the page cannot see.",
+        reads_page=True,
+    ),
+    Quirk(
+        plugin="parse_dom_outlinks",
+        reason="The rendered page's links, read with one page.evaluate.",
+        reads_page=True,
+    ),
     Quirk(plugin="htmltotext", reason="The page's whole text: the first searchable text.", text_rank=1),
     Quirk(plugin="trafilatura", reason="The article's text: searchable when htmltotext has none.", text_rank=2),
 )

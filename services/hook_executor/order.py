@@ -15,6 +15,12 @@ changes, each of which leaves every hook's own outputs as they were:
   headers, static file; the fetchers: wget, yt-dlp, gallery-dl, git, favicon) start at once, and
   the next hook starts when all of them are ready, as it did when each was started and waited for
   in turn (about 0.2 s each for a Node listener: ~1.2 s of the browser task's first second).
+  Likewise a run of foreground hooks whose plugins' ``quirks`` rows say ``reads_page`` (title, seo,
+  dom, MHTML, DOM outlinks: each only reads the tab) start at once, and the next hook starts when
+  all of them have exited. Each still runs after every hook that may change the page before it in
+  the order (screenshot, SingleFile, pdf) and before every one after it, so it reads the page in
+  the state it read it in before. Each of these hooks waits on its own for the page's load and
+  then 200 ms more (abx-plugins' ``connectToPage(postLoadDelayMs=200)``); together they wait once.
 """
 
 from __future__ import annotations
@@ -64,10 +70,11 @@ def run_order(hooks: list[Hook], catalog: PluginCatalog, resolved: Mapping[str, 
 def start_batches(hooks: list[Hook], catalog: PluginCatalog) -> list[list[Hook]]:
     """``hooks`` (in run order) grouped as the task starts them.
 
-    A batch is either one hook, or consecutive background hooks whose plugins are all different and
-    none of which requires another's (``required_plugins``, transitively); a hook whose plugin waits
-    for the background hooks to stop (``wait_for_background_cleanup``), or that opens the tab
-    (``tab_hook``), is a batch of its own.
+    A batch is either one hook, or consecutive hooks of one kind whose plugins are all different and
+    none of which requires another's (``required_plugins``, transitively). The kinds: background
+    hooks, and foreground hooks of ``reads_page`` plugins. A hook whose plugin waits for the
+    background hooks to stop (``wait_for_background_cleanup``), one that opens the tab
+    (``tab_hook``), and any other foreground hook is a batch of its own.
 
     Returns:
         The hooks, in order, as a list of batches.
@@ -80,17 +87,18 @@ def start_batches(hooks: list[Hook], catalog: PluginCatalog) -> list[list[Hook]]
             requires[plugin] = set(catalog.with_requirements([plugin])) - {plugin}
         return requires[plugin]
 
-    def alone(hook: Hook) -> bool:
-        tab_hook = quirk(hook.plugin).tab_hook
-        return (
-            not hook.is_background
-            or catalog[hook.plugin].waits_for_background
-            or bool(tab_hook and tab_hook in hook.name)
-        )
+    def kind(hook: Hook) -> str:
+        """What batch the hook may share: "background", "reads_page", or "" (none)."""
+        row = quirk(hook.plugin)
+        if catalog[hook.plugin].waits_for_background or (row.tab_hook and row.tab_hook in hook.name):
+            return ""
+        if hook.is_background:
+            return "background"
+        return "reads_page" if row.reads_page else ""
 
     for hook in hooks:
         last = batches[-1] if batches else None
-        if last is not None and not alone(hook) and not alone(last[0]):
+        if last is not None and kind(hook) and kind(hook) == kind(last[0]):
             plugins = {h.plugin for h in last}
             if hook.plugin not in plugins and not needs(hook.plugin) & plugins:
                 if not any(hook.plugin in needs(p) for p in plugins):

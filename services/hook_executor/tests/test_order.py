@@ -8,6 +8,7 @@ import pytest
 from boxcar.hook_executor.order import run_order, start_batches
 from boxcar.shared.families import DEFAULT_FAMILIES, FamilyTable
 from boxcar.shared.plugins import PluginCatalog
+from boxcar.shared.quirks import quirk
 from boxcar.shared.settings import DEFAULT_PLUGINS
 
 
@@ -57,12 +58,33 @@ def test_the_browser_s_listeners_start_together_after_the_tab(catalog):
     batches = [_names(b) for b in start_batches(run_order(hooks, catalog, resolved), catalog)]
     listeners = next(b for b in batches if "24_responses" in b)
     assert {"21_consolelog", "22_dns", "23_sslcerts", "24_responses", "25_redirects", "27_headers"} <= set(listeners)
-    # the tab opens alone, after the browser and before its listeners; foreground hooks alone
+    # the tab opens alone, after the browser and before its listeners; a foreground hook shares a
+    # batch only with others that only read the page
     tab = batches.index(["01_chrome_tab"])
     assert batches.index(["00_chrome_launch"]) < tab < batches.index(listeners)
     for batch in batches:
-        if len(batch) > 1:
-            assert all(h.is_background for h in hooks if _names([h])[0] in batch)
+        members = [h for h in hooks if _names([h])[0] in batch]
+        if len(batch) > 1 and not all(h.is_background for h in members):
+            assert all(not h.is_background and quirk(h.plugin).reads_page for h in members)
+
+
+def test_hooks_that_only_read_the_page_start_together_between_those_that_change_it(catalog):
+    hooks, resolved = _browser_hooks(catalog)
+    order = run_order(hooks, catalog, resolved)
+    batches = [_names(b) for b in start_batches(order, catalog)]
+    assert ["54_title", "38_seo"] in batches
+    assert ["53_dom", "54_chrome_mhtml", "64_parse_dom_outlinks"] in batches
+    for alone in ("30_chrome_navigate", "51_screenshot", "50_singlefile", "52_pdf"):
+        assert [alone] in batches
+    # each reader still starts after every hook before it in the run order that may change the
+    # page, and before every one after it
+    names = _names(order)
+    changers = [n for h, n in zip(order, names) if not h.is_background and not quirk(h.plugin).reads_page]
+    at = {name: i for i, batch in enumerate(batches) for name in batch}
+    for h, name in zip(order, names):
+        if quirk(h.plugin).reads_page:
+            for changer in changers:
+                assert (at[changer] < at[name]) == (names.index(changer) < names.index(name))
 
 
 def test_fetchers_start_together_and_nothing_joins_a_plugin_it_requires(catalog):
