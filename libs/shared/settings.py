@@ -249,9 +249,9 @@ class Settings(BaseSettings):
     )
     warm_node_hosts: bool = Field(
         default=True,
-        description="With WARM_HOOKS: run the browser's hooks (navigate, title, screenshot, pdf, dom, …) and its "
-        "listeners (headers, responses, …) one after another in long-lived Node processes that have loaded "
-        "puppeteer-core, instead of a Node process each",
+        description="With WARM_HOOKS: run the browser's hooks (navigate, title, screenshot, pdf, dom, …), its "
+        "listeners (headers, responses, staticfile, …) and the tab daemon one after another in long-lived Node "
+        "processes that have loaded puppeteer-core, instead of a Node process each",
     )
     warm_idle_timeout: float = Field(
         default=300.0,

@@ -91,13 +91,52 @@ def make_file_hook(tmp_path: Path, plugin: str, name: str, body: str = ""):
     return parse_hook(plugin, path)
 
 
-def test_the_browsers_foreground_hooks_and_listeners_are_hosted_not_the_tab_or_other_hooks(tmp_path):
+def test_the_browsers_hooks_listeners_and_tab_are_hosted_not_its_launch_or_other_hooks(tmp_path):
     assert hostable(make_hook(tmp_path, "title", ""))
     assert hostable(make_file_hook(tmp_path, "responses", "on_Snapshot__24_responses.daemon.bg.js"))
+    assert hostable(make_file_hook(tmp_path, "chrome", "on_Snapshot__01_chrome_tab.daemon.bg.js"))
+    assert hostable(make_file_hook(tmp_path, "staticfile", "on_Snapshot__26_staticfile.daemon.bg.js"))
     assert not hostable(make_hook(tmp_path, "singlefile", ""))
-    assert not hostable(make_file_hook(tmp_path, "chrome", "on_Snapshot__01_chrome_tab.daemon.bg.js"))
-    assert not hostable(make_file_hook(tmp_path, "staticfile", "on_Snapshot__26_staticfile.daemon.bg.js"))
+    assert not hostable(make_file_hook(tmp_path, "chrome", "on_Snapshot__00_chrome_launch.daemon.bg.js"))
     assert not hostable(make_file_hook(tmp_path, "headers", "on_CrawlSetup__27_headers.daemon.bg.js"))
+
+
+#: Like abx-plugins' acquireSessionLock: a lock file created exclusively, with the pid inside.
+LOCKER = """
+const fs = require("fs");
+const lock = process.env.LOCK;
+const fd = fs.openSync(lock, process.env.FLAGS === "number" ? fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY : "wx");
+fs.writeFileSync(fd, JSON.stringify({ pid: process.pid }));
+fs.closeSync(fd);
+if (process.env.RELEASE) fs.unlinkSync(lock);
+fs.writeFileSync("plain.txt", "not a lock: written, not created exclusively");
+process.exit(0);
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "hosts_started"),
+    [({"RELEASE": "1"}, 1), ({}, 2), ({"FLAGS": "number"}, 2)],
+    ids=["released", "left-behind", "left-behind-O_EXCL"],
+)
+def test_a_run_that_leaves_a_lock_naming_its_pid_retires_its_host(tmp_path, env, hosts_started):
+    hook = make_file_hook(tmp_path, "staticfile", "on_Snapshot__26_staticfile.daemon.bg.js", LOCKER)
+    hosts = NodeHosts(tmp_path / "hosts")
+    lock = tmp_path / "downloads" / ".download.lock"
+    lock.parent.mkdir()
+
+    async def scenario():
+        first = await run(hosts, hook, tmp_path / "a", {"LOCK": str(lock), **env})
+        lock.unlink(missing_ok=True)  # as the next taker does once the pid inside is dead
+        second = await run(hosts, hook, tmp_path / "b", {"LOCK": str(lock), "RELEASE": "1"})
+        return first, second
+
+    first, second = asyncio.run(closing(hosts, scenario()))
+    assert first.exit_code == 0 and second.exit_code == 0
+    # a lock left behind names a pid that is gone once its run has ended, as after a process's exit
+    assert hosts.started == hosts_started
+    if hosts_started == 2:
+        assert first.pid != second.pid
 
 
 def test_hooks_in_one_host_each_see_their_own_argv_environment_cwd_streams_and_modules(tmp_path):

@@ -19,8 +19,9 @@
 //     1 and its stack on stderr, as Node would;
 //   - a signal the executor sends it (SIGTERM: a listener's stop) reaches the 'SIGTERM' listeners
 //     the hook added; a hook with none dies of it, as a process would, and so does its host.
-// After a run that leaves anything behind (an open socket, a live timer, an uncaught error),
-// the host says "retire" and exits: the next hook gets a fresh host.
+// After a run that leaves anything behind (an open socket, a live timer, an uncaught error, a
+// file it created exclusively: a lock naming its pid), the host says "retire" and exits: the
+// next hook gets a fresh host.
 //
 // Protocol: one JSON object per line on stdin ({"argv": [node, script, ...args], "cwd",
 // "env", "stdout": FIFO path, "stderr": FIFO path}); on the control fd one JSON line per event:
@@ -118,6 +119,28 @@ for (const name of [
     const run = runs.getStore();
     if (run !== undefined && run.done) throw new HookExit(`fs.${name} after the run's exit`);
     return real.apply(fs, args);
+  };
+}
+// A file a run creates exclusively (open with "wx": abx-plugins' acquireSessionLock writes
+// process.pid into it, and a later taker removes it once that pid is dead) names the host's pid,
+// which outlives the run. One still there when the run ends retires the host, so that its holder
+// is dead, as after the hook's own exit.
+function exclusive(flags) {
+  if (typeof flags === "string") return flags.includes("x");
+  return typeof flags === "number" && (flags & fs.constants.O_EXCL) !== 0;
+}
+for (const name of ["openSync", "open"]) {
+  const real = fs[name];
+  fs[name] = function (file, flags, ...rest) {
+    const run = runs.getStore();
+    if (run && run === current && !run.done && exclusive(flags)) {
+      try {
+        run.exclusive.add(path.resolve(String(file)));
+      } catch (error) {
+        // a file descriptor or URL: not a lock path
+      }
+    }
+    return real.call(fs, file, flags, ...rest);
   };
 }
 fs.write = function (fd, data, ...rest) {
@@ -263,11 +286,13 @@ function finish(run, code) {
     }
   }
   stopLeftovers(run);
+  const locks = [...run.exclusive].filter((file) => fs.existsSync(file));
   // what the run left running shows once the sockets it left have closed (the close callbacks
   // come after the check phase of this turn of the event loop)
   realSetTimeout(() => {
     const now = resources();
     const left = Object.keys(now).filter((kind) => now[kind] > (baseline[kind] || 0));
+    if (locks.length > 0) left.push(`created ${locks.join(", ")}`);
     const retire = retiring || run.leftovers || left.length > 0;
     current = null;
     control({ exit: exitCode, retire, left });
@@ -316,6 +341,7 @@ function start(request) {
     listeners: listenerSnapshot(),
     timers: new Set(),
     sockets: new Set(),
+    exclusive: new Set(),
     id: ++sequence,
   };
   current = run;
