@@ -35,6 +35,7 @@ const path = require("path");
 const Module = require("module");
 const net = require("net");
 const os = require("os");
+const url = require("url");
 const { AsyncLocalStorage } = require("async_hooks");
 
 const CONTROL = Number((process.argv.find((arg) => arg.startsWith("--control=")) || "--control=3").split("=")[1]);
@@ -135,9 +136,9 @@ for (const name of ["openSync", "open"]) {
     const run = runs.getStore();
     if (run && run === current && !run.done && exclusive(flags)) {
       try {
-        run.exclusive.add(path.resolve(String(file)));
+        run.exclusive.add(file instanceof URL ? url.fileURLToPath(file) : path.resolve(file.toString()));
       } catch (error) {
-        // a file descriptor or URL: not a lock path
+        // not a path open() takes: it throws below
       }
     }
     return real.call(fs, file, flags, ...rest);
