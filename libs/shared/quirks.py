@@ -190,7 +190,7 @@ QUIRKS: tuple[Quirk, ...] = (
     ),
     Quirk(
         plugin="dom",
-        reason="The rendered DOM, serialized from a clone (computed image sizes copied onto it; the page is untouched).",
+        reason="The rendered DOM, serialized from a clone (computed image sizes copied onto it; the page untouched).",
         reads_page=True,
     ),
     Quirk(

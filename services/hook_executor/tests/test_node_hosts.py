@@ -105,7 +105,8 @@ def test_the_browsers_hooks_listeners_and_tab_are_hosted_not_its_launch_or_other
 LOCKER = """
 const fs = require("fs");
 const lock = process.env.LOCK;
-const fd = fs.openSync(lock, process.env.FLAGS === "number" ? fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY : "wx");
+const { O_CREAT, O_EXCL, O_WRONLY } = fs.constants;
+const fd = fs.openSync(lock, process.env.FLAGS === "number" ? O_CREAT | O_EXCL | O_WRONLY : "wx");
 fs.writeFileSync(fd, JSON.stringify({ pid: process.pid }));
 fs.closeSync(fd);
 if (process.env.RELEASE) fs.unlinkSync(lock);

@@ -79,9 +79,9 @@ def test_hooks_that_only_read_the_page_start_together_between_those_that_change_
     # each reader still starts after every hook before it in the run order that may change the
     # page, and before every one after it
     names = _names(order)
-    changers = [n for h, n in zip(order, names) if not h.is_background and not quirk(h.plugin).reads_page]
+    changers = [n for h, n in zip(order, names, strict=True) if not h.is_background and not quirk(h.plugin).reads_page]
     at = {name: i for i, batch in enumerate(batches) for name in batch}
-    for h, name in zip(order, names):
+    for h, name in zip(order, names, strict=True):
         if quirk(h.plugin).reads_page:
             for changer in changers:
                 assert (at[changer] < at[name]) == (names.index(changer) < names.index(name))
