@@ -110,15 +110,19 @@ const fd = fs.openSync(lock, process.env.FLAGS === "number" ? O_CREAT | O_EXCL |
 fs.writeFileSync(fd, JSON.stringify({ pid: process.pid }));
 fs.closeSync(fd);
 if (process.env.RELEASE) fs.unlinkSync(lock);
-fs.writeFileSync("plain.txt", "not a lock: written, not created exclusively");
+fs.closeSync(fs.openSync("plain.txt", "w"));  // not a lock: opened, not created exclusively
+if (process.env.HELD_BY_ANOTHER) {  // broken and taken by someone else before this run's end
+  fs.writeFileSync(`${lock}.other`, JSON.stringify({ pid: 1 }));
+  fs.renameSync(`${lock}.other`, lock);
+}
 process.exit(0);
 """
 
 
 @pytest.mark.parametrize(
     ("env", "hosts_started"),
-    [({"RELEASE": "1"}, 1), ({}, 2), ({"FLAGS": "number"}, 2)],
-    ids=["released", "left-behind", "left-behind-O_EXCL"],
+    [({"RELEASE": "1"}, 1), ({"HELD_BY_ANOTHER": "1"}, 1), ({}, 2), ({"FLAGS": "number"}, 2)],
+    ids=["released", "taken-by-another", "left-behind", "left-behind-O_EXCL"],
 )
 def test_a_run_that_leaves_a_lock_naming_its_pid_retires_its_host(tmp_path, env, hosts_started):
     hook = make_file_hook(tmp_path, "staticfile", "on_Snapshot__26_staticfile.daemon.bg.js", LOCKER)

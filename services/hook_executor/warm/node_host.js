@@ -124,25 +124,53 @@ for (const name of [
 }
 // A file a run creates exclusively (open with "wx": abx-plugins' acquireSessionLock writes
 // process.pid into it, and a later taker removes it once that pid is dead) names the host's pid,
-// which outlives the run. One still there when the run ends retires the host, so that its holder
-// is dead, as after the hook's own exit.
+// which outlives the run. If that same file (device and inode) is still there when the run ends,
+// the host retires, so that its holder is dead, as after the hook's own exit. (Only open/openSync
+// are watched: abx-plugins 1.13 makes its locks with openSync; check that before hosting a hook
+// that takes locks another way.)
 function exclusive(flags) {
   if (typeof flags === "string") return flags.includes("x");
   return typeof flags === "number" && (flags & fs.constants.O_EXCL) !== 0;
 }
-for (const name of ["openSync", "open"]) {
-  const real = fs[name];
-  fs[name] = function (file, flags, ...rest) {
-    const run = runs.getStore();
-    if (run && run === current && !run.done && exclusive(flags)) {
+function noteExclusive(run, file, fd) {
+  try {
+    const stat = fs.fstatSync(fd);
+    const where = file instanceof URL ? url.fileURLToPath(file) : path.resolve(file.toString());
+    run.exclusive.push({ path: where, dev: stat.dev, ino: stat.ino });
+  } catch (error) {
+    // closed already: nothing of it can be left
+  }
+}
+const realOpenSync = fs.openSync;
+fs.openSync = function (file, flags, ...rest) {
+  const fd = realOpenSync.call(fs, file, flags, ...rest);
+  const run = runs.getStore();
+  if (run && run === current && !run.done && exclusive(flags)) noteExclusive(run, file, fd);
+  return fd;
+};
+const realOpen = fs.open;
+fs.open = function (file, flags, ...rest) {
+  const callback = rest.pop();
+  const run = runs.getStore();
+  if (typeof callback !== "function" || !run || run !== current || !exclusive(flags)) {
+    return realOpen.call(fs, file, flags, ...rest, callback);
+  }
+  return realOpen.call(fs, file, flags, ...rest, (error, fd) => {
+    if (!error && !run.done) noteExclusive(run, file, fd);
+    callback(error, fd);
+  });
+};
+function exclusiveLeft(run) {
+  return run.exclusive
+    .filter(({ path: where, dev, ino }) => {
       try {
-        run.exclusive.add(file instanceof URL ? url.fileURLToPath(file) : path.resolve(file.toString()));
+        const stat = fs.statSync(where);
+        return stat.dev === dev && stat.ino === ino;
       } catch (error) {
-        // not a path open() takes: it throws below
+        return false; // removed (or replaced by another taker's: not this run's)
       }
-    }
-    return real.call(fs, file, flags, ...rest);
-  };
+    })
+    .map(({ path: where }) => where);
 }
 fs.write = function (fd, data, ...rest) {
   if (fd !== 1 && fd !== 2) return realWrite.call(fs, fd, data, ...rest);
@@ -287,7 +315,7 @@ function finish(run, code) {
     }
   }
   stopLeftovers(run);
-  const locks = [...run.exclusive].filter((file) => fs.existsSync(file));
+  const locks = exclusiveLeft(run);
   // what the run left running shows once the sockets it left have closed (the close callbacks
   // come after the check phase of this turn of the event loop)
   realSetTimeout(() => {
@@ -342,7 +370,7 @@ function start(request) {
     listeners: listenerSnapshot(),
     timers: new Set(),
     sockets: new Set(),
-    exclusive: new Set(),
+    exclusive: [],
     id: ++sequence,
   };
   current = run;

@@ -7,9 +7,10 @@ puppeteer-core once and runs hooks one after another, each as it would run as a 
 own (its argv, environment, cwd, ``require.main``, fd 1 and 2 on pipes of its own, ``process.exit``
 ending it, SIGTERM reaching its handlers; ``node_host.js`` says how). ``NodeHosts`` keeps a pool of
 them per executor: a hook takes an idle host (or starts one), and gives it back when it exits,
-unless the host retires (a run that left a socket, a timer or an error behind: the next hook gets
-a fresh host). A listener (a background hook) holds its host until the executor stops it, so a
-pool holds about as many hosts as Node hooks run at once, as many Node processes as ran before.
+unless the host retires (a run that left a socket, a timer, an error or a lock naming its pid
+behind: the next hook gets a fresh host). A listener (a background hook) holds its host until the
+executor stops it, so a pool holds about as many hosts as Node hooks run at once, as many Node
+processes as ran before.
 
 Only the hooks in ``HOSTED`` run there: the browser's foreground hooks, its listeners and the tab
 daemon, which end with ``process.exit`` after closing what they opened. The launch daemon, SingleFile
@@ -50,7 +51,9 @@ HOST = Path(__file__).with_name("node_host.js")
 #: exit. Hosting them takes a Node start and puppeteer-core's load off the start of every browser
 #: task: the listeners started 0.44 s sooner and navigate 0.67 s sooner (40 pages, default set).
 #: Not hosted: the launch daemon (it starts and owns Chromium, once per crawl), SingleFile (a
-#: program of its own) and the rest.
+#: program of its own) and the rest. A hosted tab daemon has the host's command line and cwd, so
+#: abx-plugins' ``killZombieChrome`` (``on_CrawlSetup__89_chrome_kill_zombies``, which Boxcar does
+#: not run) would not see it.
 HOSTED = frozenset(
     {
         "chrome_navigate",
@@ -69,8 +72,9 @@ HOSTED = frozenset(
         "redirects",
         "responses",
         "sslcerts",
-        "chrome_tab",
         "staticfile",
+        # the tab daemon
+        "chrome_tab",
     }
 )
 
@@ -330,7 +334,7 @@ class HostedProcess:
             self.returncode = -int(message["signal"]) if message.get("signal") else int(message["exit"])
             retire = bool(message.get("retire"))
             if retire:
-                log.debug("Node host %d retires: the hook left %s running", self.pid, message.get("left"))
+                log.debug("Node host %d retires: the hook left behind %s", self.pid, message.get("left"))
         except (ConnectionError, OSError, ValueError, KeyError):
             self.returncode = -signal.SIGKILL  # the host died (killed at a deadline, or crashed)
         finally:
