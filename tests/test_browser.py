@@ -58,13 +58,17 @@ def og_title(html: str) -> str | None:
 def browser_processes(data_dir: Path, worker_prefix: str = "browser-", main_only: bool = False) -> list[psutil.Process]:
     """Chromium processes (crash handlers included) started by a browser-family executor of the
     stack on ``data_dir``: they inherit its worker id and DATA_DIR (other stacks on the machine,
-    such as a parallel test run, are not counted). ``main_only``: one per browser (no renderers,
-    zygotes, crash handlers)."""
+    such as a parallel test run, are not counted). ``main_only``: one per browser: a Chromium with
+    a profile (``--user-data-dir``), not a renderer, zygote or crash handler (``--type=``), nor the
+    launch hook's ``chromium --version`` or Debian's ``/usr/bin/chromium`` wrapper script and its
+    subshells, which are named ``chromium`` too for a moment before a browser starts."""
     out = []
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             name = proc.info["name"] or ""
-            if main_only and (name != "chromium" or any(a.startswith("--type=") for a in proc.info["cmdline"] or [])):
+            args = proc.info["cmdline"] or []
+            browser = args and Path(args[0]).name == "chromium" and any(a.startswith("--user-data-dir") for a in args)
+            if main_only and (name != "chromium" or not browser or any(a.startswith("--type=") for a in args)):
                 continue
             if "chrom" not in name:
                 continue
