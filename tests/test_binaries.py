@@ -62,3 +62,24 @@ def test_the_warm_up_of_trafilaturas_interpreter_runs_clean_in_the_venv_boxcar_r
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True"]  # the jusText stop words and the public suffix list
+
+
+def test_a_resolver_that_never_answers_fails_hooks_started_together_with_its_own_error(
+    sqlite_url, nats_url, make_stack, demo_site
+):
+    """wget and favicon start together (``order.start_batches``). With no binary-resolver up, the
+    task fails on its last delivery, and each hook's stand-in result says why in the resolver
+    client's own words, as a hook started alone would: not an ``ExceptionGroup``'s ("unhandled
+    errors in a TaskGroup")."""
+    env = {"BINARY_RESOLVE_TIMEOUT": "2", "TASK_MAX_DELIVER": "1"}
+    stack = make_stack(sqlite_url, nats_url, families=["fetch"], env=env)
+    resolver = next(c for c in stack.children if c.name == "binary-resolver")
+    resolver.proc.kill()
+    resolver.proc.wait(10)
+    crawl_id = submit(stack, urls=[demo_site], plugins=["wget", "favicon"])
+    wait_sealed(stack, crawl_id, timeout=120)
+    _, _, results = load_crawl(Database(sqlite_url), crawl_id)
+    notes = {r.plugin: (r.status, r.notes) for r in results}
+    assert set(notes) == {"wget", "favicon"}, notes
+    for status, text in notes.values():
+        assert status == "failed" and text.startswith("ResolverUnreachable: no binary-resolver answered"), notes

@@ -1,7 +1,7 @@
 """Executing one ``HookTask``: a family's hooks on one snapshot.
 
 Inside a task the family's hooks run in ``(NN, name)`` order (but for the first-look hooks, and
-background hooks that start together: ``order``). A foreground hook runs to completion before the
+hooks that start together: ``order``). A foreground hook runs to completion before the
 next starts; a background (``.bg``) hook is started and waited for only until its first stdout
 line, then runs alongside the later hooks. Before a plugin marked
 ``wait_for_background_cleanup`` runs, and at the end of the task, background hooks are stopped
@@ -356,12 +356,7 @@ class TaskRun:
         began = time.time_ns() - 1_000_000_000
         try:
             for batch in start_batches(run_order(hooks, self.x.catalog, env.resolved), self.x.catalog):
-                if len(batch) == 1:
-                    await self._run_hook(batch[0])
-                else:
-                    async with asyncio.TaskGroup() as group:
-                        for hook in batch:
-                            group.create_task(self._run_hook(hook))
+                await self._run_batch(batch)
             await self._stop_background()
         finally:
             if self.basic_auth is not None:
@@ -377,6 +372,27 @@ class TaskRun:
         if self.cancelled.is_set():
             self.completed.status = "cancelled"
         return self.completed
+
+    async def _run_batch(self, batch: list[Hook]) -> None:
+        """Run hooks that start together (``order.start_batches``) and return when each has run.
+
+        Raises:
+            ResolverUnreachable, …: what one of them raised, as that hook would alone (the first,
+            when several did; the others are logged): not wrapped in an ``ExceptionGroup``, whose
+            text ("unhandled errors in a TaskGroup") would be the task's failure.
+        """
+        if len(batch) == 1:
+            await self._run_hook(batch[0])
+            return
+        try:
+            async with asyncio.TaskGroup() as group:
+                for hook in batch:
+                    group.create_task(self._run_hook(hook))
+        except BaseExceptionGroup as errors:
+            first, *others = errors.exceptions
+            for other in others:
+                log.warning("task %s: also raised in the same batch: %r", self.task.task_id, other)
+            raise first from None
 
     async def _run_hook(self, hook: Hook) -> None:
         task, env = self.task, self.env
