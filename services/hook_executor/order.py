@@ -15,10 +15,10 @@ changes, each of which leaves every hook's own outputs as they were:
   headers, static file; the fetchers: wget, yt-dlp, gallery-dl, git, favicon) start at once, and
   the next hook starts when all of them are ready, as it did when each was started and waited for
   in turn (about 0.2 s each for a Node listener: ~1.2 s of the browser task's first second).
-  Likewise a run of foreground hooks whose plugins' ``quirks`` rows say ``reads_page`` (title, seo,
-  dom, MHTML, DOM outlinks: each only reads the tab) start at once, and the next hook starts when
-  all of them have exited. Each still runs after every hook that may change the page before it in
-  the order (screenshot, SingleFile, pdf) and before every one after it, so it reads the page in
+  Likewise a run of foreground hooks whose plugins' ``quirks`` rows say ``reads_page`` (each only
+  reads the tab; the rows say which, and why the others are not) start at once, and the next hook
+  starts when all of them have exited. Each still runs after every hook that may change the page
+  before it in the order and before every one after it, so it reads the page in
   the state it read it in before. Each of these hooks waits on its own for the page's load and
   then 200 ms more (abx-plugins' ``connectToPage(postLoadDelayMs=200)``); together they wait once.
 """
@@ -96,13 +96,16 @@ def start_batches(hooks: list[Hook], catalog: PluginCatalog) -> list[list[Hook]]
             return "background"
         return "reads_page" if row.reads_page else ""
 
+    kinds: list[str] = []  # each batch's kind
     for hook in hooks:
         last = batches[-1] if batches else None
-        if last is not None and kind(hook) and kind(hook) == kind(last[0]):
+        this = kind(hook)
+        if last is not None and this and this == kinds[-1]:
             plugins = {h.plugin for h in last}
             if hook.plugin not in plugins and not needs(hook.plugin) & plugins:
                 if not any(hook.plugin in needs(p) for p in plugins):
                     last.append(hook)
                     continue
         batches.append([hook])
+        kinds.append(this)
     return batches
