@@ -11,6 +11,7 @@ import shutil
 import textwrap
 from pathlib import Path
 
+import abx_plugins
 import pytest
 
 from boxcar.hook_executor.hooks import HookProcess
@@ -101,22 +102,30 @@ def test_the_browsers_hooks_listeners_and_tab_are_hosted_not_its_launch_or_other
     assert not hostable(make_file_hook(tmp_path, "headers", "on_CrawlSetup__27_headers.daemon.bg.js"))
 
 
-#: Like abx-plugins' acquireSessionLock: a lock file created exclusively, with the pid inside.
+#: Takes a lock as staticfile and the tab daemon do: with abx-plugins' own ``acquireSessionLock``
+#: (a file created exclusively, with the pid inside); ``FLAGS=number``: created with ``O_EXCL``.
 LOCKER = """
 const fs = require("fs");
 const lock = process.env.LOCK;
-const { O_CREAT, O_EXCL, O_WRONLY } = fs.constants;
-const fd = fs.openSync(lock, process.env.FLAGS === "number" ? O_CREAT | O_EXCL | O_WRONLY : "wx");
-fs.writeFileSync(fd, JSON.stringify({ pid: process.pid }));
-fs.closeSync(fd);
-if (process.env.RELEASE) fs.unlinkSync(lock);
-fs.closeSync(fs.openSync("plain.txt", "w"));  // not a lock: opened, not created exclusively
-if (process.env.HELD_BY_ANOTHER) {  // broken and taken by someone else before this run's end
-  fs.writeFileSync(`${lock}.other`, JSON.stringify({ pid: 1 }));
-  fs.renameSync(`${lock}.other`, lock);
+async function main() {
+  let release = () => fs.unlinkSync(lock);
+  if (process.env.FLAGS === "number") {
+    const { O_CREAT, O_EXCL, O_WRONLY } = fs.constants;
+    fs.closeSync(fs.openSync(lock, O_CREAT | O_EXCL | O_WRONLY));
+  } else {
+    release = await require(process.env.CHROME_UTILS).acquireSessionLock(lock);
+  }
+  if (process.env.RELEASE) release();
+  fs.closeSync(fs.openSync("plain.txt", "w"));  // not a lock: opened, not created exclusively
+  if (process.env.HELD_BY_ANOTHER) {  // broken and taken by someone else before this run's end
+    fs.writeFileSync(`${lock}.other`, JSON.stringify({ pid: 1 }));
+    fs.renameSync(`${lock}.other`, lock);
+  }
+  process.exit(0);
 }
-process.exit(0);
+main();
 """
+CHROME_UTILS = str(Path(abx_plugins.__file__).parent / "plugins" / "chrome" / "chrome_utils.js")
 
 
 @pytest.mark.parametrize(
@@ -129,15 +138,17 @@ def test_a_run_that_leaves_a_lock_naming_its_pid_retires_its_host(tmp_path, env,
     hosts = NodeHosts(tmp_path / "hosts")
     lock = tmp_path / "downloads" / ".download.lock"
     lock.parent.mkdir()
+    (tmp_path / "node_modules").mkdir()  # chrome_utils.js asks for one; acquireSessionLock needs nothing in it
+    locker = {"LOCK": str(lock), "CHROME_UTILS": CHROME_UTILS, "NODE_MODULES_DIR": str(tmp_path / "node_modules")}
 
     async def scenario():
-        first = await run(hosts, hook, tmp_path / "a", {"LOCK": str(lock), **env})
+        first = await run(hosts, hook, tmp_path / "a", {**locker, **env})
         lock.unlink(missing_ok=True)  # as the next taker does once the pid inside is dead
-        second = await run(hosts, hook, tmp_path / "b", {"LOCK": str(lock), "RELEASE": "1"})
+        second = await run(hosts, hook, tmp_path / "b", {**locker, "RELEASE": "1"})
         return first, second
 
     first, second = asyncio.run(closing(hosts, scenario()))
-    assert first.exit_code == 0 and second.exit_code == 0
+    assert (first.exit_code, second.exit_code) == (0, 0), (bytes(first._stderr), bytes(second._stderr))
     # a lock left behind names a pid that is gone once its run has ended, as after a process's exit
     assert hosts.started == hosts_started
     if hosts_started == 2:

@@ -110,18 +110,7 @@ for (const name of ["writeFileSync", "appendFileSync"]) {
 // Code of a run that has exited changes no files: its process would be gone. (In a host,
 // process.exit throws, so a catch around it still runs: redirects' writes a "failed" marker;
 // later callbacks of the run may fire too.) Such code gets HookExit, which nothing reports.
-for (const name of [
-  "writeFileSync", "appendFileSync", "renameSync", "copyFileSync", "mkdirSync", "rmSync", "rmdirSync",
-  "unlinkSync", "openSync", "writeFile", "appendFile", "rename", "copyFile", "mkdir", "rm", "unlink",
-  "open", "createWriteStream",
-]) {
-  const real = fs[name];
-  fs[name] = function (...args) {
-    const run = runs.getStore();
-    if (run !== undefined && run.done) throw new HookExit(`fs.${name} after the run's exit`);
-    return real.apply(fs, args);
-  };
-}
+//
 // A file a run creates exclusively (open with "wx": abx-plugins' acquireSessionLock writes
 // process.pid into it, and a later taker removes it once that pid is dead) names the host's pid,
 // which outlives the run. If that same file (device and inode) is still there when the run ends,
@@ -141,25 +130,30 @@ function noteExclusive(run, file, fd) {
     // closed already: nothing of it can be left
   }
 }
-const realOpenSync = fs.openSync;
-fs.openSync = function (file, flags, ...rest) {
-  const fd = realOpenSync.call(fs, file, flags, ...rest);
-  const run = runs.getStore();
-  if (run && run === current && !run.done && exclusive(flags)) noteExclusive(run, file, fd);
-  return fd;
-};
-const realOpen = fs.open;
-fs.open = function (file, flags, ...rest) {
-  const callback = rest.pop();
-  const run = runs.getStore();
-  if (typeof callback !== "function" || !run || run !== current || !exclusive(flags)) {
-    return realOpen.call(fs, file, flags, ...rest, callback);
-  }
-  return realOpen.call(fs, file, flags, ...rest, (error, fd) => {
-    if (!error && !run.done) noteExclusive(run, file, fd);
-    callback(error, fd);
-  });
-};
+for (const name of [
+  "writeFileSync", "appendFileSync", "renameSync", "copyFileSync", "mkdirSync", "rmSync", "rmdirSync",
+  "unlinkSync", "openSync", "writeFile", "appendFile", "rename", "copyFile", "mkdir", "rm", "unlink",
+  "open", "createWriteStream",
+]) {
+  const real = fs[name];
+  fs[name] = function (...args) {
+    const run = runs.getStore();
+    if (run !== undefined && run.done) throw new HookExit(`fs.${name} after the run's exit`);
+    const noting = (name === "openSync" || name === "open") && run !== undefined && run === current;
+    if (!noting || !exclusive(args[1])) return real.apply(fs, args);
+    if (name === "openSync") {
+      const fd = real.apply(fs, args);
+      noteExclusive(run, args[0], fd);
+      return fd;
+    }
+    const callback = args.pop();
+    if (typeof callback !== "function") return real.apply(fs, [...args, callback]);
+    return real.call(fs, ...args, (error, fd) => {
+      if (!error && !run.done) noteExclusive(run, args[0], fd);
+      callback(error, fd);
+    });
+  };
+}
 function exclusiveLeft(run) {
   return run.exclusive
     .filter(({ path: where, dev, ino }) => {
