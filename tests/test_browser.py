@@ -68,7 +68,7 @@ def browser_processes(data_dir: Path, worker_prefix: str = "browser-", main_only
             name = proc.info["name"] or ""
             args = proc.info["cmdline"] or []
             browser = args and Path(args[0]).name == "chromium" and any(a.startswith("--user-data-dir") for a in args)
-            if main_only and (name != "chromium" or not browser or any(a.startswith("--type=") for a in args)):
+            if main_only and (not browser or any(a.startswith("--type=") for a in args)):
                 continue
             if "chrom" not in name:
                 continue
