@@ -107,10 +107,6 @@ for (const name of ["writeFileSync", "appendFileSync"]) {
     fs.writeSync(file, typeof data === "string" ? Buffer.from(data, encoding || "utf8") : data);
   };
 }
-// Code of a run that has exited changes no files: its process would be gone. (In a host,
-// process.exit throws, so a catch around it still runs: redirects' writes a "failed" marker;
-// later callbacks of the run may fire too.) Such code gets HookExit, which nothing reports.
-//
 // A file a run creates exclusively (open with "wx": abx-plugins' acquireSessionLock writes
 // process.pid into it, and a later taker removes it once that pid is dead) names the host's pid,
 // which outlives the run. If that same file (device and inode) is still there when the run ends,
@@ -130,6 +126,10 @@ function noteExclusive(run, file, fd) {
     // closed already: nothing of it can be left
   }
 }
+// Code of a run that has exited changes no files: its process would be gone. (In a host,
+// process.exit throws, so a catch around it still runs: redirects' writes a "failed" marker;
+// later callbacks of the run may fire too.) Such code gets HookExit, which nothing reports.
+// That, and noting the exclusive opens above, is one wrapper per function:
 for (const name of [
   "writeFileSync", "appendFileSync", "renameSync", "copyFileSync", "mkdirSync", "rmSync", "rmdirSync",
   "unlinkSync", "openSync", "writeFile", "appendFile", "rename", "copyFile", "mkdir", "rm", "unlink",
