@@ -12,6 +12,8 @@ Routes:
   does under ``printToPDF`` (a ``beforeprint`` listener that never yields): the PDF hook waits out
   its timeout and every later DevTools command on its tab goes unanswered; what runs before the PDF
   is not touched, however fast it runs (a wedge 1 s after ``load`` raced the hooks);
+- ``/wedge-on-read/``: a page whose ``document.querySelectorAll`` and ``cloneNode`` never return:
+  the first hook that reads the page through either (seo, dom) wedges its renderer;
 - ``/feeds/relative.xml``: an RSS feed whose item links are relative (``/items/five.html``,
   ``//host:port/items/six.html``) plus one item with no link at all;
 - ``/items/<name>``: small pages;
@@ -143,6 +145,12 @@ class FaultSite:
         if path == "/spin/":
             spin = '<script>addEventListener("beforeprint", () => { for (;;) {} });</script>'
             return 200, page("Spinning Page", "this page stops answering") + spin.encode(), html
+        if path == "/wedge-on-read/":
+            wedge = (
+                "<script>Document.prototype.querySelectorAll = Node.prototype.cloneNode = "
+                "function () { for (;;) {} };</script>"
+            )
+            return 200, page("Wedging Page", "this page stops answering when read") + wedge.encode(), html
         if path == "/feeds/relative.xml":
             host = self.base.split("://", 1)[1]
             feed = (

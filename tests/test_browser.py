@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,6 +21,7 @@ import imagesize
 import psutil
 import pytest
 
+from boxcar.hook_executor import cdp
 from boxcar.hook_executor.reaper import BROWSER_ENV, WORKER_ENV
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
@@ -324,3 +326,25 @@ def test_a_page_that_wedges_its_renderer_costs_one_timeout_not_one_per_hook(sqli
         }, statuses
         assert not_run == ["dom"], statuses
         assert "renderer is hung" in by_plugin[not_run[-1]].notes
+
+
+def test_a_page_that_wedges_under_one_reader_stops_the_readers_started_with_it(sqlite_url, nats_url, make_stack):
+    """seo and dom start together (both only read the page: ``order.start_batches``). On a page
+    that wedges its renderer when either reads it, dom gives up first (``DOM_TIMEOUT`` 8 s against
+    seo's 30: puppeteer's protocol timeout); the tab is then found not answering, and seo, started
+    with it, is killed with that reason at once instead of waiting out its own timeout (about 22 s
+    more), as the hooks after dom are not started at all."""
+    from tests.fault_site import FaultSite
+
+    with FaultSite() as site:
+        stack = make_stack(sqlite_url, nats_url, families=["browser"])
+        crawl_id = submit(stack, urls=[site.url("/wedge-on-read/")], plugins=["seo", "dom"], config={"DOM_TIMEOUT": 8})
+        wait_sealed(stack, crawl_id, timeout=300)
+        _crawl, _snapshots, results = load_crawl(Database(sqlite_url), crawl_id)
+        by_plugin = {r.plugin: r for r in results if r.plugin in ("seo", "dom")}
+        statuses = {p: (r.status, r.notes[:160]) for p, r in by_plugin.items()}
+        assert statuses["dom"][0] == "failed" and "timed out" in statuses["dom"][1].lower(), statuses
+        assert statuses["seo"][0] == "failed", statuses
+        reason = "killed: the page stopped answering after on_Snapshot__53_dom"
+        assert by_plugin["seo"].notes.startswith(reason), statuses
+        assert by_plugin["seo"].end_ts - by_plugin["dom"].end_ts < timedelta(seconds=cdp.TAB_ANSWER_S + 10), statuses

@@ -8,8 +8,9 @@ Each later hook on that tab then waits out a timeout of its own (``dom``, ``chro
 ``parse_dom_outlinks``: 60 s each, over four minutes for one page with a browser slot held,
 where ArchiveBox, running the same hooks in turn, waits as long). After a hook that needs the tab
 fails, the executor asks the tab to evaluate ``1``; when it cannot within ``TAB_ANSWER_S``, the
-task's remaining tab hooks are recorded ``failed`` with that reason instead of being started
-(``task.TaskRun``).
+task's remaining tab hooks are recorded ``failed`` with that reason instead of being started,
+and those started together with the failed one (page readers: ``order.start_batches``) are killed
+with it (``task.TaskRun``).
 
 Chrome DevTools Protocol: ``Target.attachToTarget`` (flatten), ``Runtime.evaluate``
 (https://chromedevtools.github.io/devtools-protocol/tot/Runtime/#method-evaluate).
@@ -30,7 +31,9 @@ from websockets.exceptions import InvalidHandshake, InvalidURI, WebSocketExcepti
 TAB_PLUGIN = "chrome"
 
 #: Seconds a tab has to evaluate ``1`` before it is taken for hung (a busy but healthy page
-#: answers within milliseconds: Runtime.evaluate runs between its tasks).
+#: answers within milliseconds: Runtime.evaluate runs between its tasks). A page whose script
+#: runs longer than that at a stretch is taken for hung too: its later tab hooks are not run, and
+#: the readers running beside the failed hook are killed.
 TAB_ANSWER_S = 5.0
 
 

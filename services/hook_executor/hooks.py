@@ -127,7 +127,7 @@ class HookProcess:
         self.memory_limit = memory_limit
         self.output_limit = output_limit
         self.limits_interval = limits_interval  # seconds between two looks at memory and output size
-        self.over_limit = ""  # why the hook was killed for its size, when it was
+        self.killed_for = ""  # why the executor killed the hook (its size, its tab hung), when it did
         self.spawner = spawner
         self.process_id = new_id()
         self.proc: asyncio.subprocess.Process | None = None
@@ -287,10 +287,19 @@ class HookProcess:
             await asyncio.sleep(interval)
             reason = await asyncio.to_thread(self._limit_reached)
             if reason and self.proc.returncode is None:
-                self.over_limit = reason
-                log.warning("%s killed: %s", self.hook.name, reason)
-                self._signal_group(signal.SIGKILL)
+                self.abandon(reason)
                 return
+
+    def abandon(self, reason: str) -> None:
+        """SIGKILL the hook's group now, for ``reason``: its result is ``failed``, "killed:
+        <reason>" (``wait`` returns once it has exited). Nothing when it has exited already, or
+        was killed for another reason before (the first is kept). A hook that exited by itself
+        just before the signal keeps its own result (``archive_result``)."""
+        if self.proc is None or self.proc.returncode is not None or self.killed_for:
+            return
+        self.killed_for = reason
+        log.warning("%s killed: %s", self.hook.name, reason)
+        self._signal_group(signal.SIGKILL)
 
     def _limit_reached(self) -> str:
         if self.memory_limit:
@@ -332,8 +341,8 @@ class HookProcess:
                 "cancelled",
                 "cancelled: the crawl was cancelled while the hook ran",
             )
-        elif self.over_limit:
-            status, notes = ResultStatus.FAILED, f"killed: {self.over_limit}"
+        elif self.killed_for and (self.exit_code or 0) < 0:  # died of the signal, not by itself
+            status, notes = ResultStatus.FAILED, f"killed: {self.killed_for}"
             output_str = output_str or notes
         elif self.timed_out:
             status, notes = ResultStatus.FAILED, f"Hook timed out after {self.timeout} seconds"

@@ -58,7 +58,7 @@ def hook_env(hook: Hook, resolved: Mapping[str, Mapping[str, Any]], env: Mapping
 def check_download(result: ArchiveResultRecord, proc: HookProcess) -> ArchiveResultRecord:
     """``result`` of a ytdlp hook, ``failed`` when a download was cut short and ``noresults`` when
     it claims success without a media file, saying why (see the module docstring)."""
-    if result.status == ResultStatus.FAILED and not proc.timed_out and not proc.over_limit:
+    if result.status == ResultStatus.FAILED and not proc.timed_out and not proc.killed_for:
         errors = _ERRORS.findall(proc.stderr_tail(20000))
         if errors and all(_BLOB.search(e) for e in errors):
             why = "the page's media is a blob: URL (made by its scripts in the browser): nothing to download"

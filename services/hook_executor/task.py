@@ -269,6 +269,7 @@ class TaskRun:
         self.basic_auth: BasicAuthResponder | None = None
         #: why the tab's hooks are no longer started (its renderer stopped answering), or ""
         self.tab_lost = ""
+        self._tab_probe = asyncio.Lock()  # one look at the tab at a time (``_check_tab``)
 
     async def run(self) -> TaskCompleted:
         """Run the task's hooks; with a bucket, first fetch the snapshot's earlier files into the
@@ -392,7 +393,7 @@ class TaskRun:
             first, *others = errors.exceptions
             for other in others:
                 log.warning("task %s: also raised in the same batch: %r", self.task.task_id, other)
-            raise first from None
+            raise first from first.__cause__
 
     async def _run_hook(self, hook: Hook) -> None:
         task, env = self.task, self.env
@@ -424,6 +425,9 @@ class TaskRun:
         # cancel that lands while this hook was being prepared still stops it from starting
         if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
             await self._publish(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
+            return
+        if self.tab_lost and self._needs_tab(hook):  # found by a hook started together with this one
+            await self._publish(task, _result(task, hook, ResultStatus.FAILED, f"not run: {self.tab_lost}"))
             return
         hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
         args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
@@ -466,13 +470,22 @@ class TaskRun:
 
     async def _check_tab(self, hook: Hook) -> None:
         """After ``hook`` failed: if the tab no longer answers (``cdp.tab_answers``), the task's
-        later tab hooks are recorded failed instead of each waiting out its timeout."""
-        if await cdp.tab_answers(self.snap_dir / cdp.TAB_PLUGIN) is False:
+        later tab hooks are recorded failed instead of each waiting out its timeout, and the tab
+        hooks started together with ``hook`` (a batch of page readers) are killed now, with that
+        reason. Hooks of one batch that fail together probe the tab once."""
+        async with self._tab_probe:
+            if self.tab_lost:
+                return
+            if await cdp.tab_answers(self.snap_dir / cdp.TAB_PLUGIN) is not False:
+                return
             self.tab_lost = (
                 f"the page stopped answering after {hook.name} failed (its renderer is hung: "
                 f"no reply to Runtime.evaluate within {cdp.TAB_ANSWER_S:.0f} s)"
             )
             log.warning("%s: %s", self.task.snapshot_id, self.tab_lost)
+            for proc in self.started:
+                if not proc.hook.is_background and self._needs_tab(proc.hook):
+                    proc.abandon(self.tab_lost)
 
     async def _stop_background(self) -> None:
         """Stop background hooks, those of plugins nothing else here requires first (recorders

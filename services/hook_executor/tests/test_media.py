@@ -20,7 +20,7 @@ class FakeRun:
     stderr: str = ""
     env: dict = field(default_factory=dict)
     timed_out: bool = False
-    over_limit: str = ""
+    killed_for: str = ""
 
     def stderr_tail(self, limit: int) -> str:
         return self.stderr[-limit:]
