@@ -81,8 +81,17 @@ MAX_LOCKOUT = timedelta(hours=1)
 PEER_SCOPE_KEY = "boxcar_peer"
 USERNAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _hasher = PasswordHasher()  # Argon2id with argon2-cffi's current (RFC 9106 low-memory) parameters
-# Checked against when a user name is unknown, so a login takes as long either way.
-_DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """An Argon2 hash of a random password, checked against when a user name is unknown, so a
+    login takes as long either way. Made on the first such login, not at import: one hash costs
+    about 130 ms of CPU and 64 MiB for a moment, and every process that imports the API (the
+    one-process stack a ``boxcar add`` starts, each test worker) paid it at start."""
+    return _hasher.hash(secrets.token_hex(16))
+
+
 #: the first character of the password hash of users single sign-on created: no Argon2 hash starts
 #: with it, so ``authenticate`` (argon2's verify: ``InvalidHashError``) never accepts a password
 UNUSABLE_PASSWORD_PREFIX = "!"
@@ -200,7 +209,7 @@ def authenticate(db: Database, username: str, password: str) -> str | None:
     with db.read() as s:
         user = s.scalar(select(User).where(User.username == username[:64]))
     try:
-        _hasher.verify(user.password_hash if user else _DUMMY_HASH, password)
+        _hasher.verify(user.password_hash if user else _dummy_hash(), password)
     except (VerificationError, InvalidHashError):
         return None
     if user is None or not user.is_active:
