@@ -398,11 +398,7 @@ class TaskRun:
     async def _run_hook(self, hook: Hook) -> None:
         task, env = self.task, self.env
         hook = substitute(hook)
-        if self.cancelled.is_set():
-            await self._publish(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
-            return
-        if self.tab_lost and self._needs_tab(hook):
-            await self._publish(task, _result(task, hook, ResultStatus.FAILED, f"not run: {self.tab_lost}"))
+        if await self._not_started(hook):
             return
         if self.x.catalog[hook.plugin].waits_for_background and self.background:
             await self._stop_background()
@@ -421,13 +417,10 @@ class TaskRun:
             binary_env = self.x.warm.node_path(
                 hook, binary_env, functools.partial(self.x.binaries.tool, ESBUILD, hook.plugin)
             )
-        # asked last, after every await that can take a while (binaries, warm interpreter), so a
-        # cancel that lands while this hook was being prepared still stops it from starting
-        if self.cancelled.is_set() or await self.x.cancellations.is_cancelled(task.crawl_id):
-            await self._publish(task, _result(task, hook, ResultStatus.SKIPPED, "cancelled"))
-            return
-        if self.tab_lost and self._needs_tab(hook):  # found by a hook started together with this one
-            await self._publish(task, _result(task, hook, ResultStatus.FAILED, f"not run: {self.tab_lost}"))
+        # asked again after every await that can take a while (binaries, warm interpreter): a
+        # cancel, or a hung tab found by a hook started together with this one, that lands while
+        # this hook was being prepared still stops it from starting
+        if await self._not_started(hook, ask_store=True):
             return
         hook_env = env.hook_env(hook, binary_env, {"snapshot_id": task.snapshot_id, "crawl_id": task.crawl_id})
         args = [f"--url={env.url_for(hook)}", f"--snapshot-id={task.snapshot_id}", f"--depth={task.depth}"]
@@ -462,6 +455,21 @@ class TaskRun:
         result = await self._report(proc)
         if result.status == ResultStatus.FAILED and self._needs_tab(hook) and not self.tab_lost:
             await self._check_tab(hook)
+
+    async def _not_started(self, hook: Hook, *, ask_store: bool = False) -> bool:
+        """If ``hook`` must not start now, publish its stand-in result and return True: ``skipped``
+        "cancelled" once the task is cancelled (with ``ask_store``, also once its crawl is in the
+        cancellations store), else ``failed`` "not run: …" once the tab it needs was found hung
+        (``_check_tab``). False: start it."""
+        task = self.task
+        if self.cancelled.is_set() or (ask_store and await self.x.cancellations.is_cancelled(task.crawl_id)):
+            result = _result(task, hook, ResultStatus.SKIPPED, "cancelled")
+        elif self.tab_lost and self._needs_tab(hook):
+            result = _result(task, hook, ResultStatus.FAILED, f"not run: {self.tab_lost}")
+        else:
+            return False
+        await self._publish(task, result)
+        return True
 
     def _needs_tab(self, hook: Hook) -> bool:
         """A hook of the chrome plugin or of one that requires it, directly or through another
