@@ -21,10 +21,15 @@ internal network).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
 
 from litestar import Litestar, Response, get
 from litestar.datastructures import State
-from litestar.plugins.prometheus import PrometheusConfig
+from litestar.exceptions import HTTPException
+from litestar.plugins.prometheus import PrometheusConfig, PrometheusMiddleware
+from litestar.types import ASGIApp, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import func, select
 
@@ -36,8 +41,53 @@ from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult
 from boxcar.shared.settings import Settings
 
+#: the status a request under ``CountErrorStatus`` is counted with, while it is handled
+_REQUEST_SPAN: ContextVar[dict[str, Any] | None] = ContextVar("boxcar_request_span", default=None)
+
+
+class CountErrorStatus(PrometheusMiddleware):
+    """Litestar's Prometheus middleware, except that a request ended by an exception raised under
+    it before any response started is counted with the exception's status (an ``HTTPException``'s
+    own, else 500) instead of 200. Litestar 2.25 counts such requests as 200 (litestar#4747; fixed
+    upstream by #4769 after that release): here, every form post ``CSRFMiddleware`` refuses with
+    a 403, as it raises and the app's exception handler outside this middleware answers."""
+
+    def __init__(self, app: ASGIApp, config: PrometheusConfig) -> None:
+        super().__init__(app, config)
+        inner = self.app
+
+        async def status_on_error(scope: Scope, receive: Receive, send: Send) -> None:
+            try:
+                await inner(scope, receive, send)
+            except Exception as exc:
+                span = _REQUEST_SPAN.get()
+                if span is not None and not span.get("started"):
+                    span["status_code"] = exc.status_code if isinstance(exc, HTTPException) else 500
+                raise
+
+        self.app = status_on_error
+
+    def _get_wrapped_send(self, send: Send, request_span: dict[str, Any]) -> Callable:
+        # called by __call__ in the request's own context, just before it calls the app
+        _REQUEST_SPAN.set(request_span)
+        wrapped = super()._get_wrapped_send(send, request_span)
+
+        async def note_start(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                request_span["started"] = True
+            await wrapped(message)
+
+        return note_start
+
+
 #: HTTP metrics of ingest, by route template (``group_path``: bounded labels, no ids)
-HTTP = PrometheusConfig(app_name="boxcar-ingest", prefix="litestar", group_path=True, exclude=[routes.METRICS])
+HTTP = PrometheusConfig(
+    app_name="boxcar-ingest",
+    prefix="litestar",
+    group_path=True,
+    exclude=[routes.METRICS],
+    middleware_class=CountErrorStatus,
+)
 
 #: the stack's gauges live in a registry of their own, filled at each scrape
 STACK = CollectorRegistry(auto_describe=True)

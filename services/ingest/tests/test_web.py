@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -672,6 +673,24 @@ def test_metrics_parse_and_move_with_the_archive_and_requests(archive):
             c.get("/api/v1/status", headers=auth)
         second = scrape(c)
         assert requests_to_status(second) - requests_to_status(first) == 3
+
+        # a form post without its CSRF token: Litestar's CSRFMiddleware raises, and the request is
+        # counted with the 403 it got (Litestar alone counted it as a 200)
+        def logins(samples) -> Counter[str]:  # the registry is the process's: other tests count too
+            return Counter(
+                {
+                    dict(labels)["status_code"]: v
+                    for (name, labels), v in samples.items()
+                    if name == "litestar_requests_total" and ("path", "/login") in labels
+                }
+            )
+
+        before = logins(second)
+        refused = c.post("/login", data={"username": "alice", "password": PASSWORD}, follow_redirects=False)
+        assert refused.status_code == 403
+        after = logins(scrape(c))
+        after.subtract(before)
+        assert +after == Counter({"403": 1})
 
 
 def test_a_later_snapshot_shows_what_changed_in_the_text(archive):
