@@ -21,6 +21,7 @@ internal network).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -41,16 +42,21 @@ from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult
 from boxcar.shared.settings import Settings
 
-#: the status a request under ``CountErrorStatus`` is counted with, while it is handled
+#: the span (status, times, whether its response started) of the request ``CountErrorStatus`` is
+#: handling in this context
 _REQUEST_SPAN: ContextVar[dict[str, Any] | None] = ContextVar("boxcar_request_span", default=None)
 
 
 class CountErrorStatus(PrometheusMiddleware):
     """Litestar's Prometheus middleware, except that a request ended by an exception raised under
     it before any response started is counted with the exception's status (an ``HTTPException``'s
-    own, else 500) instead of 200. Litestar 2.25 counts such requests as 200 (litestar#4747; fixed
-    upstream by #4769 after that release): here, every form post ``CSRFMiddleware`` refuses with
-    a 403, as it raises and the app's exception handler outside this middleware answers."""
+    own, else 500) and its duration, instead of 200 and 0 s. Litestar 2.25 counts such requests
+    as 200 (litestar#4747; fixed upstream by #4769 after that release: drop this class once the
+    pinned Litestar has it). Here that is every form post ``CSRFMiddleware`` refuses with a 403,
+    and ``request.form()``'s 400 and 413: they raise outside the exception handler Litestar puts
+    around each route handler, and the app's handler outside this middleware answers. (Errors of
+    the handlers and guards are answered inside it and counted from what is sent, whatever status
+    the app's ``exception_handlers`` give them.)"""
 
     def __init__(self, app: ASGIApp, config: PrometheusConfig) -> None:
         super().__init__(app, config)
@@ -63,17 +69,19 @@ class CountErrorStatus(PrometheusMiddleware):
                 span = _REQUEST_SPAN.get()
                 if span is not None and not span.get("started"):
                     span["status_code"] = exc.status_code if isinstance(exc, HTTPException) else 500
+                    span["duration"] = time.perf_counter() - span["start_time"]
                 raise
 
         self.app = status_on_error
 
     def _get_wrapped_send(self, send: Send, request_span: dict[str, Any]) -> Callable:
-        # called by __call__ in the request's own context, just before it calls the app
+        # called by __call__ in the request's own task, just before it calls the app (overrides
+        # a private method of Litestar's middleware: checked against 2.25)
         _REQUEST_SPAN.set(request_span)
         wrapped = super()._get_wrapped_send(send, request_span)
 
         async def note_start(message: Any) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] in ("http.response.start", "websocket.accept"):
                 request_span["started"] = True
             await wrapped(message)
 

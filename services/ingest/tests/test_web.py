@@ -676,21 +676,21 @@ def test_metrics_parse_and_move_with_the_archive_and_requests(archive):
 
         # a form post without its CSRF token: Litestar's CSRFMiddleware raises, and the request is
         # counted with the 403 it got (Litestar alone counted it as a 200)
-        def logins(samples) -> Counter[str]:  # the registry is the process's: other tests count too
-            return Counter(
-                {
-                    dict(labels)["status_code"]: v
-                    for (name, labels), v in samples.items()
-                    if name == "litestar_requests_total" and ("path", "/login") in labels
-                }
-            )
+        def logins(samples, metric: str = "litestar_requests_total") -> Counter[str]:
+            by_status: Counter[str] = Counter()  # the registry is the process's: other tests count too
+            for (name, labels), v in samples.items():
+                if name == metric and ("path", "/login") in labels:
+                    by_status[dict(labels)["status_code"]] += v
+            return by_status
 
-        before = logins(second)
         refused = c.post("/login", data={"username": "alice", "password": PASSWORD}, follow_redirects=False)
         assert refused.status_code == 403
-        after = logins(scrape(c))
-        after.subtract(before)
-        assert +after == Counter({"403": 1})
+        third = scrape(c)
+        counted = logins(third)
+        counted.subtract(logins(second))
+        assert +counted == Counter({"403": 1})
+        timed = logins(third, "litestar_request_duration_seconds_sum")
+        assert timed["403"] > logins(second, "litestar_request_duration_seconds_sum")["403"]  # not 0 s
 
 
 def test_a_later_snapshot_shows_what_changed_in_the_text(archive):

@@ -88,7 +88,9 @@ def _dummy_hash() -> str:
     """An Argon2 hash of a random password, checked against when a user name is unknown, so a
     login takes as long either way. Made on the first such login, not at import: one hash costs
     about 130 ms of CPU and 64 MiB for a moment, and every process that imports the API (the
-    one-process stack a ``boxcar add`` starts, each test worker) paid it at start."""
+    one-process stack a ``boxcar add`` starts, each test worker) paid it at start. So the first
+    login with an unknown name in a process takes one hash longer than later ones: it tells that
+    one name was unknown, once per process start."""
     return _hasher.hash(secrets.token_hex(16))
 
 
