@@ -271,6 +271,9 @@ def create_app(settings: Settings | None = None, db: Database | None = None) -> 
             exclude=routes.CSRF_EXEMPT,  # API calls carry a token, not a cookie
         ),
         lifespan=[lifespan],
+        # the service set logging up (boxcar.shared.service.setup_logging: LOG_LEVEL, bounded
+        # lines); Litestar's default config would replace the root logger's level and handler
+        logging_config=None,
         openapi_config=OpenAPIConfig(
             title="Boxcar",
             version="0.1.0",
@@ -332,6 +335,7 @@ def create_archive_app(settings: Settings, db: Database) -> Litestar:
     archive_files = ArchiveFiles(db, settings, library.store)
     return Litestar(
         route_handlers=[ArchiveFilesController, ReplayController],
+        logging_config=None,  # as create_app's
         exception_handlers={
             OperationalError: database_unavailable,
             InterfaceError: database_unavailable,

@@ -46,3 +46,42 @@ def test_setting_should_exit_stops_the_server_without_waiting_for_the_tick(monke
 
     asyncio.run(scenario())
     assert http.should_exit
+
+
+def test_the_api_and_archive_apps_keep_the_services_log_level_and_format(tmp_path):
+    """Litestar configures the root logger itself unless told not to (its default
+    ``LoggingConfig``: INFO, its own handler and format). The apps are made after the service's
+    ``setup_logging``, so without ``logging_config=None`` they undid it: ``LOG_LEVEL=DEBUG`` was
+    ignored and log lines lost their bound (``MAX_LOG_MESSAGE``). Run in a process of its own:
+    pytest's handlers on the root logger would make ``setup_logging`` a no-op here."""
+    import os
+    import subprocess
+    import sys
+
+    from boxcar.shared.service import MAX_LOG_MESSAGE
+
+    program = """
+import logging, sys
+from boxcar.shared.service import setup_logging
+setup_logging("ingest")
+from boxcar.ingest.app import create_app, create_archive_app
+from boxcar.shared.db import Database
+from boxcar.shared.settings import Settings
+settings = Settings(data_dir=sys.argv[1], nats_url="nats://127.0.0.1:9")
+db = Database.for_settings(settings)
+create_app(settings, db)
+create_archive_app(settings, db)
+log = logging.getLogger("boxcar.probe")
+log.debug("a debug line")
+log.info("x" * 100_000)
+"""
+    env = {**os.environ, "LOG_LEVEL": "DEBUG"}
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if "boxcar.probe" in line]
+    assert len(lines) == 2, done.stderr[-2000:]
+    assert " DEBUG ingest[" in lines[0] and lines[0].endswith("boxcar.probe: a debug line")
+    assert " INFO ingest[" in lines[1] and len(lines[1]) < MAX_LOG_MESSAGE + 200
