@@ -89,15 +89,17 @@ class RecordPeer:
 
 
 def server(app, host: str, port: int, *, handle_signals: bool = True) -> Server:
-    """A server for one Litestar app on ``host:port``: warnings only, no access log (requests are
-    traced instead), lifespan events on (the app opens and closes its NATS connection there), the
-    TCP peer recorded before proxy headers are applied (``RecordPeer``)."""
+    """A server for one Litestar app on ``host:port``: warnings only, logged through the service's
+    own handler (``setup_logging``), no access log (requests are traced instead), lifespan events
+    on (the app opens and closes its NATS connection there), the TCP peer recorded before proxy
+    headers are applied (``RecordPeer``)."""
     return Server(
         uvicorn.Config(
             RecordPeer(app),
             host=host,
             port=port,
             log_level="warning",
+            log_config=None,  # its loggers go to the service's handler (setup_logging), not uvicorn's
             access_log=False,
             lifespan="on",
             proxy_headers=False,  # RecordPeer applies them, after noting the peer

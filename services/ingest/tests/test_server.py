@@ -52,7 +52,8 @@ def test_the_api_and_archive_apps_keep_the_services_log_level_and_format(tmp_pat
     """Litestar configures the root logger itself unless told not to (its default
     ``LoggingConfig``: INFO, its own handler and format). The apps are made after the service's
     ``setup_logging``, so without ``logging_config=None`` they undid it: ``LOG_LEVEL=DEBUG`` was
-    ignored and log lines lost their bound (``MAX_LOG_MESSAGE``). Run in a process of its own:
+    ignored and log lines lost their bound (``MAX_LOG_MESSAGE``). uvicorn's server likewise logs
+    through its own handler unless ``log_config=None``. Run in a process of its own:
     pytest's handlers on the root logger would make ``setup_logging`` a no-op here."""
     import os
     import subprocess
@@ -69,11 +70,13 @@ from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
 settings = Settings(data_dir=sys.argv[1], nats_url="nats://127.0.0.1:9")
 db = Database.for_settings(settings)
-create_app(settings, db)
+from boxcar.ingest.server import server
+server(create_app(settings, db), "127.0.0.1", 0)
 create_archive_app(settings, db)
 log = logging.getLogger("boxcar.probe")
 log.debug("a debug line")
 log.info("x" * 100_000)
+logging.getLogger("uvicorn.error").warning("y" * 100_000)
 """
     env = {**os.environ, "LOG_LEVEL": "DEBUG"}
     env.pop("DATABASE_URL", None)
@@ -85,3 +88,5 @@ log.info("x" * 100_000)
     assert len(lines) == 2, done.stderr[-2000:]
     assert " DEBUG ingest[" in lines[0] and lines[0].endswith("boxcar.probe: a debug line")
     assert " INFO ingest[" in lines[1] and len(lines[1]) < MAX_LOG_MESSAGE + 200
+    [uvicorn] = [line for line in done.stderr.splitlines() if "yyy" in line]  # uvicorn's own too
+    assert " WARNING ingest[" in uvicorn and "uvicorn.error: yyy" in uvicorn and len(uvicorn) < MAX_LOG_MESSAGE + 200
