@@ -1,16 +1,20 @@
 """Child-process hygiene: children that die with their parent, in their own process group; the
 memory of a process tree; glibc malloc's arenas capped and free pages given back in Boxcar's own
-long-lived processes."""
+long-lived processes; their start and exit without the collector's and the interpreter's
+work on objects that live as long as the process."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import gc
 import os
 import shutil
 import signal
+import sys
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
@@ -70,6 +74,45 @@ def release_free_memory() -> None:
     gc.collect()
     if _libc is not None and hasattr(_libc, "malloc_trim"):
         _libc.malloc_trim(0)
+
+
+def freeze_imports() -> None:
+    """Move every object alive now into the collector's permanent generation (``gc.freeze``) and
+    turn the collector back on: for a long-lived process to call once its imports are done,
+    after ``gc.disable()`` before them.
+
+    The one-process stack's imports (1,500 modules) make about a million objects that live as
+    long as the process. With the collector on, they cost two full collections during the imports
+    (~0.1 s of its 1.1 s start) and are scanned again by every later full collection (a 130-page
+    crawl: 0.37 s in three, 0.17 s once frozen). CPython's ``gc.freeze`` docs give the same use
+    (before a fork; here before a long life)."""
+    gc.freeze()
+    gc.enable()
+
+
+def exit_without_teardown(code: int = 0) -> NoReturn:
+    """End the process with ``code`` as a normal exit would (``atexit`` handlers run: logging's
+    flush and close among them; stdout and stderr flushed), but without the interpreter's teardown
+    of every module and object, which only gives memory back to a process that is ending: 0.47 s
+    of the one-process stack's 0.72 s stop (1,500 modules), paid by every ``boxcar add``.
+
+    Call it only once the process has stopped its own work (its files closed, its children
+    stopped). When a thread other than a daemon one is still alive, this is ``sys.exit(code)``
+    instead, so that the interpreter waits for it as usual.
+
+    Raises:
+        SystemExit: in that case only.
+    """
+    main = threading.main_thread()
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not main):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what the interpreter runs at exit, before its teardown
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 #: util-linux's ``setpriv`` (``--pdeathsig``: util-linux ≥ 2.33), or None.

@@ -161,3 +161,55 @@ def test_release_free_memory_gives_a_holed_heap_back_to_the_kernel():
     out = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, check=True)
     before, after, _ = map(int, out.stdout.split())
     assert before - after > 20_000, out.stdout  # KiB: most of the 40 MB freed by `del` is resident until trimmed
+
+
+EXIT = textwrap.dedent(
+    """
+    import atexit, logging, sys, threading, time
+    from boxcar.shared.procutil import exit_without_teardown
+    mode, log_path = sys.argv[1], sys.argv[2]
+    logging.basicConfig(filename=log_path, level=logging.INFO)  # a buffered file: closed by logging's atexit
+    atexit.register(lambda: print("atexit ran", flush=False))
+    class Teardown:  # the interpreter's teardown would say so; exit_without_teardown skips it
+        def __del__(self):
+            print("teardown ran")
+    keep = Teardown()
+    if mode == "thread":  # a thread still working: the interpreter waits for it as at any exit
+        threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+    logging.info("logged before exit")
+    sys.stdout.write("unflushed ")
+    exit_without_teardown(3)
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["alone", "thread"])
+def test_exit_without_teardown_runs_atexit_and_flushes_but_skips_the_teardown(mode, tmp_path):
+    log_path = tmp_path / "log.txt"
+    out = subprocess.run([sys.executable, "-c", EXIT, mode, str(log_path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 3, out
+    assert "unflushed " in out.stdout and "atexit ran" in out.stdout, out.stdout
+    assert "logged before exit" in log_path.read_text()
+    if mode == "alone":
+        assert "teardown ran" not in out.stdout, out.stdout
+    else:  # the fallback: sys.exit, so the thread finished and the interpreter tore down as usual
+        assert "thread done" in out.stdout and "teardown ran" in out.stdout, out.stdout
+
+
+FREEZE = textwrap.dedent(
+    """
+    import gc, sys
+    import boxcar.cli.allinone  # imported (not run): it must leave the collector as it found it
+    imported_enabled = gc.isenabled()
+    from boxcar.shared.procutil import freeze_imports
+    gc.disable()
+    junk = [[i] for i in range(1000)]
+    freeze_imports()
+    print(imported_enabled, gc.isenabled(), gc.get_freeze_count() >= 1000)
+    """
+)
+
+
+def test_freeze_imports_freezes_what_lives_and_turns_the_collector_back_on():
+    out = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "True"], out
