@@ -8,7 +8,9 @@ Playwright drives Debian's Chromium (the system binary: no browser download).
 
 - a person clicks "Sign in with single sign-on", signs in at the provider, consents, and lands
   back on the page they asked for, logged in as the provider's ``preferred_username`` (a user
-  created on the way, whose password can never log in);
+  created on the way, whose password can never log in, bound to that provider account);
+- another provider account whose ``preferred_username`` is the name of Boxcar's admin (who has a
+  password) is refused with a sentence, and nobody is logged in or bound;
 - a callback whose ``state`` was changed on the way back is refused (and logs nobody in), as is
   one the person cancelled at the provider;
 - a provider that does not answer gives the login page with a 502 and a sentence, no traceback.
@@ -16,6 +18,7 @@ Playwright drives Debian's Chromium (the system binary: no browser download).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -42,6 +45,8 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (
 OIDC_PROVIDER_VERSION = "9.13.3"
 SCRIPT = Path(__file__).resolve().parent / "oidc_provider" / "provider.mjs"
 CLIENT_ID, CLIENT_SECRET, ACCOUNT = "boxcar", "a client secret for tests", "carol"
+#: a provider account whose owner chose, as its preferred_username, the name of Boxcar's admin
+MALLORY, ADMIN = "mallory", "root"
 
 pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}"),
@@ -75,7 +80,7 @@ def sso(tmp_path_factory) -> Iterator[dict]:
             "CLIENT_ID": CLIENT_ID,
             "CLIENT_SECRET": CLIENT_SECRET,
             "REDIRECT_URI": f"{base}/login/oidc/callback",
-            "ACCOUNT": ACCOUNT,
+            "ACCOUNTS": json.dumps({ACCOUNT: ACCOUNT, MALLORY: ADMIN}),
         },
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -109,10 +114,10 @@ def browser() -> Iterator:
         yield chromium
 
 
-def sign_in_at_provider(page, issuer: str) -> None:
+def sign_in_at_provider(page, issuer: str, login: str = ACCOUNT) -> None:
     """The provider's development login (any password) and consent pages."""
     page.wait_for_url(re.compile("^" + re.escape(issuer) + "/interaction/"))
-    page.fill("input[name=login]", ACCOUNT)
+    page.fill("input[name=login]", login)
     page.fill("input[name=password]", "any password works here")
     page.click("button[type=submit]")
     page.wait_for_selector("text=Continue")  # consent: the scopes Boxcar asks for
@@ -133,9 +138,31 @@ def test_single_sign_on_logs_in_through_the_provider(sso, browser):
     with sso["db"].read() as s:
         carol = s.scalar(select(User).where(User.username == ACCOUNT))
     assert carol is not None and carol.is_active and carol.last_login_at is not None
+    assert (carol.oidc_issuer, carol.oidc_subject) == (sso["issuer"], ACCOUNT)  # the provider's sub
     assert accounts.authenticate(sso["db"], ACCOUNT, "any password works here") is None  # SSO only
     page.goto("/")
     assert page.locator("header").get_by_text(ACCOUNT, exact=True).count() == 1
+    context.close()
+
+
+def test_a_provider_account_named_like_the_admin_does_not_become_the_admin(sso, browser, tmp_path):
+    """OpenID Connect Core §5.7: ``preferred_username`` is whatever the provider lets its owner
+    choose. Mallory's is "root", Boxcar's admin, who has a password: refused, not logged in as root."""
+    accounts.create_user(sso["db"], ADMIN, "the admin's own password", role="admin")
+    context = browser.new_context(base_url=sso["base"])
+    page = context.new_page()
+    page.goto("/login")
+    page.click("text=Sign in with single sign-on")
+    with page.expect_response(lambda r: "/login/oidc/callback" in r.url) as answer:
+        sign_in_at_provider(page, sso["issuer"], login=MALLORY)
+    assert answer.value.status == 403
+    page.wait_for_selector("text=signs in with a password")
+    page.screenshot(path=str(tmp_path / "refused.png"))
+    assert "boxcar_session" not in {c["name"] for c in context.cookies(sso["base"])}
+    assert page.goto("/crawls").url.startswith(sso["base"] + "/login")  # still nobody
+    with sso["db"].read() as s:
+        root = s.scalar(select(User).where(User.username == ADMIN))
+    assert root is not None and (root.oidc_issuer, root.oidc_subject) == (None, None) and root.last_login_at is None
     context.close()
 
 

@@ -1,4 +1,4 @@
-"""``boxcar user create|list|role|password|disable|enable|remove|limits``: the archive's users (issue 28)."""
+"""``boxcar user create|list|role|password|disable|enable|remove|limits|unlink``: the archive's users (issue 28)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,19 @@ def user_role(data_dir, name, role) -> None:
     if not set_role(open_database(settings_for(data_dir)), name, role):
         fail(f"no user {name}", 2)
     err.print(f"{name} is now a {role}")
+
+
+@user.command("unlink")
+@common_options
+@click.argument("name")
+def user_unlink(data_dir, name) -> None:
+    """Forget the single sign-on account a user is bound to (their first single sign-on bound it):
+    the next single sign-on under their name binds them again, e.g. after a move to another provider."""
+    from boxcar.ingest.web.accounts import unbind_sso
+
+    if not unbind_sso(open_database(settings_for(data_dir)), name):
+        fail(f"no user {name}", 2)
+    err.print(f"user {name} is bound to no single sign-on account now")
 
 
 @user.command("disable")

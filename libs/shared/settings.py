@@ -348,10 +348,17 @@ class Settings(BaseSettings):
     oidc_client_id: str = Field(default="", description="Boxcar's client id at the OpenID provider")
     oidc_client_secret: str = Field(default="", description="Its client secret (empty: a public client, PKCE only)")
     oidc_username_claim: str = Field(
-        default="preferred_username", description="ID token or userinfo claim that is the Boxcar user name"
+        default="preferred_username",
+        description="ID token or userinfo claim that names the Boxcar user of a first single sign-on (later "
+        "ones find their user by the provider account it was bound to)",
     )
     oidc_create_users: bool = Field(
         default=True, description="Create the user on their first single sign-on (true/false)"
+    )
+    oidc_link_existing_users: bool = Field(
+        default=False,
+        description="Let a first single sign-on take the existing Boxcar user of its name that has a password "
+        "(then bound to that provider account; off: that user signs in with the password)",
     )
     oidc_scopes: str = Field(default="openid profile email", description="Scopes asked of the OpenID provider")
     oidc_redirect_uri: str = Field(

@@ -1,8 +1,9 @@
 // A real OpenID provider for Boxcar's single sign-on tests: panva's oidc-provider (an OpenID
 // Certified OP), installed by the test into .cache/oidc-provider (tests/helpers.npm_tool).
 //
-// One confidential client (CLIENT_ID / CLIENT_SECRET, REDIRECT_URI), one account (ACCOUNT: its
-// sub and preferred_username; any password), the built-in development login and consent pages
+// One confidential client (CLIENT_ID / CLIENT_SECRET, REDIRECT_URI), the accounts of ACCOUNTS (a
+// JSON object: each login, which is also its sub, to its preferred_username; any password), the
+// built-in development login and consent pages
 // (devInteractions), authorization code + PKCE S256 only. It listens on 127.0.0.1 on a free port
 // and prints "issuer <url>" on its first stdout line once it serves. Plain http: oidc-provider
 // takes an http issuer as given; only the implicit flow insists on https redirect URIs.
@@ -17,7 +18,7 @@ const env = (name) => {
   if (!value) throw new Error(`${name} is not set`);
   return value;
 };
-const account = env('ACCOUNT');
+const accounts = JSON.parse(env('ACCOUNTS'));
 
 const server = http.createServer();
 await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -33,11 +34,11 @@ const provider = new Provider(issuer, {
   }],
   claims: { openid: ['sub'], profile: ['preferred_username', 'name'], email: ['email'] },
   async findAccount(ctx, sub) {
-    if (sub !== account) return undefined; // only the test's user exists here
+    if (!Object.hasOwn(accounts, sub)) return undefined; // only the test's accounts exist here
     return {
       accountId: sub,
       async claims() {
-        return { sub, preferred_username: sub, name: 'Test User', email: `${sub}@example.test` };
+        return { sub, preferred_username: accounts[sub], name: 'Test User', email: `${sub}@example.test` };
       },
     };
   },

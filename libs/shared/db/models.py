@@ -487,6 +487,12 @@ class User(Base):
     max_snapshots_per_day: Mapped[int | None] = mapped_column(Integer)
     max_disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
     max_concurrent_crawls: Mapped[int | None] = mapped_column(Integer)
+    #: the provider account single sign-on binds this user to (the ID token's ``iss`` and ``sub``,
+    #: OpenID Connect Core §2), on their first single sign-on; None: bound to none yet
+    oidc_issuer: Mapped[str | None] = mapped_column(String(512))
+    oidc_subject: Mapped[str | None] = mapped_column(String(255))
+
+    __table_args__ = (Index("uq_app_user_oidc_issuer_subject", "oidc_issuer", "oidc_subject", unique=True),)
 
 
 #: the roles of a user (``User.role``)

@@ -555,7 +555,7 @@ def test_the_operators_name_is_nobodys_and_removed_names_inherit_nothing(househo
     for name in ("system", "System"):
         with pytest.raises(accounts.AccountError):
             accounts.create_user(db, name, PASSWORD)
-        assert accounts.sso_user_id(db, name, create=True) is None
+        assert accounts.sso_user_id(db, name, create=True, issuer="https://sso.example.lan", subject=name) is None
     assert accounts.header_viewer(db, "system", True) == access.ANONYMOUS
     operator_token = create_token(db, "cli", owner="system")
     with client(household) as c:

@@ -44,7 +44,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.response import Response
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select, true, update
 from sqlalchemy.exc import IntegrityError
 
 from boxcar.ingest.access import ANONYMOUS, MAX_OPEN_SHARES, SHARES_COOKIE, Viewer, live_share_ids
@@ -169,10 +169,10 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
     return user_id
 
 
-def sso_user_id(db: Database, username: str, create: bool, operator_name: str = "system") -> str | None:
-    """The id of the *active* user ``username`` for a single sign-on, created first when ``create``
-    and missing (``provision_user``); None for an invalid name, the operator's name
-    (``reserved_name``), an unknown one (``create`` off) or a disabled user."""
+def named_user_id(db: Database, username: str, create: bool, operator_name: str = "system") -> str | None:
+    """The id of the *active* user ``username`` (the trusted-header login: the proxy vouches for the
+    name), created first when ``create`` and missing (``provision_user``); None for an invalid
+    name, the operator's name (``reserved_name``), an unknown one (``create`` off) or a disabled user."""
     if not USERNAME.match(username) or reserved_name(username, operator_name):
         return None
     if create:
@@ -182,6 +182,115 @@ def sso_user_id(db: Database, username: str, create: bool, operator_name: str = 
     if row is None or not row.is_active:
         return None
     return row.id
+
+
+def sso_user_id(
+    db: Database,
+    username: str,
+    create: bool,
+    operator_name: str = "system",
+    *,
+    issuer: str,
+    subject: str,
+    link_existing: bool = False,
+) -> str | None:
+    """The id of the *active* user a single sign-on of the provider account ``(issuer, subject)``
+    logs in, found in this order:
+
+    1. the user bound to that account, whatever the provider calls it now (``username``);
+    2. else the user named ``username`` if it is bound to no provider account and either has no
+       usable password (it exists for single sign-on only: made by one before users were bound, or
+       by the trusted-header login) or ``link_existing`` (``OIDC_LINK_EXISTING_USERS``): bound now;
+    3. else, when ``create`` and no user has that name, a new one (``provision_user``), bound now.
+
+    Users are bound because OpenID Connect Core §5.7 says ``preferred_username`` and the like are
+    neither unique nor stable, and only ``iss`` with ``sub`` identify a person (§2): matched by
+    name alone, whoever could choose a name at the provider signed in as the Boxcar user of that
+    name, an admin included.
+
+    Args:
+        username: the name the provider gives (``OIDC_USERNAME_CLAIM``), checked here.
+        issuer: the configured issuer (``OIDC_ISSUER`` without a trailing slash), which the ID
+            token's ``iss`` was verified against.
+        subject: the ID token's ``sub``.
+
+    Returns:
+        The user's id; None for an invalid name or the operator's (``reserved_name``), no such
+        user (``create`` off), or a disabled user.
+
+    Raises:
+        AccountError: the name is taken here by a user bound to another provider account, or by
+            one with a password that may not be bound (``link_existing`` off); ``str()`` is a
+            sentence for the login page.
+    """
+    with db.read() as s:
+        bound = s.execute(
+            select(User.id, User.is_active).where(User.oidc_issuer == issuer, User.oidc_subject == subject)
+        ).first()
+    if bound is not None:
+        return bound.id if bound.is_active else None
+    if not USERNAME.match(username) or reserved_name(username, operator_name):
+        return None
+    if create:
+        provision_user(db, username, operator_name)  # a no-op when the name exists
+    if _bind_sso_subject(db, username, issuer, subject, link_existing):
+        log.info("single sign-on: user %r bound to %s's account %r", username, issuer, subject)
+    with db.read() as s:
+        row = s.execute(
+            select(User.id, User.is_active, User.oidc_issuer, User.oidc_subject).where(User.username == username)
+        ).first()
+    if row is None:
+        return None
+    if (row.oidc_issuer, row.oidc_subject) != (issuer, subject):
+        if row.oidc_subject is not None:
+            log.warning(
+                "single sign-on: %s's account %r names %r, a user bound to %s's account %r: refused",
+                issuer,
+                subject,
+                username,
+                row.oidc_issuer,
+                row.oidc_subject,
+            )
+            raise AccountError(f"The Boxcar user {username!r} belongs to another single sign-on account.")
+        log.warning(
+            "single sign-on: %s's account %r names %r, a user with a password (OIDC_LINK_EXISTING_USERS off): refused",
+            issuer,
+            subject,
+            username,
+        )
+        raise AccountError(
+            f"The Boxcar user {username!r} signs in with a password, not with single sign-on "
+            "(an operator can allow linking it: OIDC_LINK_EXISTING_USERS)."
+        )
+    return row.id if row.is_active else None
+
+
+def _bind_sso_subject(db: Database, username: str, issuer: str, subject: str, link_existing: bool) -> bool:
+    """Bind the user ``username`` to the provider account ``(issuer, subject)``; True when bound here.
+
+    Guard: only a user bound to no provider account, and one with a usable password only when
+    ``link_existing``. Two first sign-ins at once under one name: one binds, the other finds the
+    user bound to someone else (the unique index on the pair keeps one account to one user).
+    """
+    may_link = true() if link_existing else User.password_hash.startswith(UNUSABLE_PASSWORD_PREFIX)
+    try:
+        with db.write() as s:
+            done = s.execute(
+                update(User)
+                .where(User.username == username, User.oidc_subject.is_(None), may_link)
+                .values(oidc_issuer=issuer, oidc_subject=subject)
+            )
+    except IntegrityError:  # that account was bound to another user meanwhile
+        return False
+    return bool(done.rowcount)
+
+
+def unbind_sso(db: Database, username: str) -> bool:
+    """Forget the provider account ``username`` is bound to (``boxcar user unlink``): their next
+    single sign-on binds them again, as ``sso_user_id`` says. False when there is no such user."""
+    with db.write() as s:
+        done = s.execute(update(User).where(User.username == username).values(oidc_issuer=None, oidc_subject=None))
+    return bool(done.rowcount)
 
 
 def set_password(db: Database, username: str, password: str) -> bool:
@@ -363,7 +472,7 @@ def trusted_header_user(settings: Settings, client_host: str | None, headers: Ma
     TCP peer (``client_host``, never a forwarded-for header) is inside ``TRUSTED_PROXIES``; from
     any other peer, or with the setting empty, it is ignored entirely. An IPv4-mapped IPv6 peer
     (``::ffff:10.0.0.5``) is compared as its IPv4 address. A name that is not a valid user name
-    (``USERNAME``) is None too. Whether the user exists and is active is ``sso_user_id``'s to say.
+    (``USERNAME``) is None too. Whether the user exists and is active is ``named_user_id``'s to say.
 
     Args:
         settings: ``trusted_proxies`` (validated CIDRs) and ``trusted_user_header``.
@@ -390,7 +499,7 @@ def header_viewer(db: Database, username: str, create: bool, operator_name: str 
     """The ``Viewer`` of a user the trusted proxy named (``trusted_header_user``): created first
     when ``create`` (``TRUSTED_HEADER_CREATE_USERS``), else ``ANONYMOUS`` when unknown, disabled
     or the operator's name."""
-    user_id = sso_user_id(db, username, create, operator_name)
+    user_id = named_user_id(db, username, create, operator_name)
     if user_id is None:
         return ANONYMOUS
     with db.read() as s:

@@ -6,8 +6,9 @@ and ``nonce``), ``/login/oidc/callback`` takes the code back, exchanges it at th
 verifies the ID token (signature against the provider's JWKS, ``iss``, ``aud``, ``exp``, ``iat``,
 ``nonce``, ``at_hash``, ``azp``: Authlib's ``CodeIDToken`` over joserfc), reads the user name
 from ``OIDC_USERNAME_CLAIM`` (the ID token's, else the userinfo endpoint's for the same ``sub``),
-finds the user (or creates them, ``OIDC_CREATE_USERS``) and starts an ordinary session, with the
-cookie password login sets.
+finds the user bound to the provider account (``iss`` and ``sub``), else the one of that name if it
+may be bound, or creates them (``OIDC_CREATE_USERS``): ``accounts.sso_user_id`` has the rule. Then
+it starts an ordinary session, with the cookie password login sets.
 
 Where the flow waits: ``state``, ``nonce``, the PKCE ``code_verifier`` and the page to return to
 are kept in the browser, in one HttpOnly ``SameSite=Lax`` cookie scoped to ``/login/oidc``,
@@ -29,6 +30,7 @@ the LAN). They never follow redirects, and discovery must name the configured is
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -221,8 +223,9 @@ class OIDCClient:
         )
         return url, flow
 
-    async def finish(self, flow: Flow, redirect_uri: str, params: dict[str, str]) -> str:
-        """The verified user name of a callback's query ``params`` for the started ``flow``.
+    async def finish(self, flow: Flow, redirect_uri: str, params: dict[str, str]) -> tuple[str, str]:
+        """The verified user name and subject (the ID token's ``sub``: with ``issuer``, the
+        provider account) of a callback's query ``params`` for the started ``flow``.
 
         Raises:
             SSOError: 400 for a wrong or missing ``state`` or ``code``; 403 when the provider
@@ -242,9 +245,13 @@ class OIDCClient:
             raise SSOError("The single sign-on provider sent no authorization code. Try again.", 400)
         tokens = await self._exchange(code, flow, redirect_uri)
         claims = await self._verify(tokens, flow)
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject or len(subject) > 255:  # Core §2: at most 255 ASCII
+            log.warning("single sign-on: the ID token's sub is missing or unusable: %r", subject)
+            raise SSOError("The single sign-on provider's ID token names nobody (no usable sub).", 403)
         name = claims.get(self.settings.oidc_username_claim)
         if not name and tokens.get("access_token"):
-            name = await self._userinfo_claim(tokens["access_token"], claims["sub"])
+            name = await self._userinfo_claim(tokens["access_token"], subject)
         if not isinstance(name, str) or not accounts.USERNAME.match(name):
             log.warning(
                 "single sign-on: claim %s of %r is missing or no valid user name: %r",
@@ -255,7 +262,7 @@ class OIDCClient:
             raise SSOError(
                 f"The single sign-on provider gave no usable user name ({self.settings.oidc_username_claim}).", 403
             )
-        return name
+        return name, subject
 
     async def _exchange(self, code: str, flow: Flow, redirect_uri: str) -> dict[str, Any]:
         meta = await self.metadata()
@@ -415,13 +422,25 @@ class SSOPages(Controller):
                 request, SSOError("This sign-in took too long or was not started in this browser. Try again.", 400)
             )
         params = {k: str(v)[:2048] for k, v in request.query_params.items()}
+        client = oidc_client(request)
         try:
-            username = await oidc_client(request).finish(flow, redirect_uri(request), params)
+            username, subject = await client.finish(flow, redirect_uri(request), params)
             user_id = await anyio.to_thread.run_sync(
-                accounts.sso_user_id, state.db, username, settings.oidc_create_users, settings.archive_user
+                functools.partial(
+                    accounts.sso_user_id,
+                    state.db,
+                    username,
+                    settings.oidc_create_users,
+                    settings.archive_user,
+                    issuer=client.issuer,
+                    subject=subject,
+                    link_existing=settings.oidc_link_existing_users,
+                )
             )
         except SSOError as exc:
             return await _failed(request, exc, flow.next)
+        except accounts.AccountError as exc:  # the name is another provider account's user, or a password user's
+            return await _failed(request, SSOError(str(exc), 403), flow.next)
         if user_id is None:
             log.warning(
                 "single sign-on: %r is no active user here (OIDC_CREATE_USERS=%s)", username, settings.oidc_create_users
