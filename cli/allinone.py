@@ -18,6 +18,7 @@ if __name__ == "__main__":  # run as the stack, not imported: see freeze_imports
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 
@@ -48,15 +49,20 @@ async def main(families: list[str]) -> None:
     await asyncio.to_thread(db.upgrade_in_child)
     # the egress proxy and the warm interpreters start in a thread while the apps are made here
     sharing = asyncio.create_task(asyncio.to_thread(SharedResources, settings, families))
-    runner = CrawlRunner(settings, db)
-    projector = ResultProjector(settings, db)
-    resolver = BinaryResolver(settings)
-    webhooks = WebhookSender(settings, db)
-    servers = [server(create_app(settings, db), settings.api_host, settings.api_port, handle_signals=False)]
-    if settings.archive_port:  # archived files and WARC replay, on their own origin
-        servers.append(
-            server(create_archive_app(settings, db), settings.api_host, settings.archive_port, handle_signals=False)
-        )
+    try:
+        runner = CrawlRunner(settings, db)
+        projector = ResultProjector(settings, db)
+        resolver = BinaryResolver(settings)
+        webhooks = WebhookSender(settings, db)
+        servers = [server(create_app(settings, db), settings.api_host, settings.api_port, handle_signals=False)]
+        if settings.archive_port:  # archived files and WARC replay, on their own origin
+            servers.append(
+                server(create_archive_app(settings, db), settings.api_host, settings.archive_port, handle_signals=False)
+            )
+    except BaseException:
+        with contextlib.suppress(Exception):  # what started meanwhile stops with the failure
+            (await sharing).stop()
+        raise
     shared = await sharing
     executors = [HookExecutor(settings, family, shared=shared) for family in families]
 

@@ -156,7 +156,7 @@ def test_a_provider_account_named_like_the_admin_does_not_become_the_admin(sso, 
     with page.expect_response(lambda r: "/login/oidc/callback" in r.url) as answer:
         sign_in_at_provider(page, sso["issuer"], login=MALLORY)
     assert answer.value.status == 403
-    page.wait_for_selector("text=signs in with a password")
+    page.wait_for_selector("text=may not sign in to any Boxcar user")
     page.screenshot(path=str(tmp_path / "refused.png"))
     assert "boxcar_session" not in {c["name"] for c in context.cookies(sso["base"])}
     assert page.goto("/crawls").url.startswith(sso["base"] + "/login")  # still nobody

@@ -105,8 +105,9 @@ def user_role(data_dir, name, role) -> None:
 @common_options
 @click.argument("name")
 def user_unlink(data_dir, name) -> None:
-    """Forget the single sign-on account a user is bound to (their first single sign-on bound it):
-    the next single sign-on under their name binds them again, e.g. after a move to another provider."""
+    """Forget the single sign-on account a user is bound to (their first single sign-on bound it), e.g.
+    after a move to another provider: with OIDC_LINK_EXISTING_USERS=true, their next single sign-on binds
+    them again."""
     from boxcar.ingest.web.accounts import unbind_sso
 
     if not unbind_sso(open_database(settings_for(data_dir)), name):

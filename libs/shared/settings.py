@@ -357,8 +357,8 @@ class Settings(BaseSettings):
     )
     oidc_link_existing_users: bool = Field(
         default=False,
-        description="Let a first single sign-on take the existing Boxcar user of its name that has a password "
-        "(then bound to that provider account; off: that user signs in with the password)",
+        description="Let a first single sign-on take the existing Boxcar user of its name if no provider account "
+        "is bound to it yet (then bound to this one; off: only the users single sign-on creates are bound)",
     )
     oidc_scopes: str = Field(default="openid profile email", description="Scopes asked of the OpenID provider")
     oidc_redirect_uri: str = Field(

@@ -1,17 +1,16 @@
 """Single sign-on finds its user by the provider account (``iss`` and ``sub``), not by the name the
 provider gives (OpenID Connect Core §5.7: ``preferred_username`` is neither unique nor stable).
 
-Against a real database (SQLite and Postgres): a first sign-in binds the user it creates or finds;
-later ones find that user whatever name the provider gives; another provider account giving the
-same name is refused, and so is one naming a user with a password unless the operator allows
-linking (``OIDC_LINK_EXISTING_USERS``); users made for single sign-on before binding existed are
-bound by their next sign-in; ``boxcar user unlink`` forgets a binding. The browser flow through a
-real provider is ``tests/test_sso_oidc.py``.
+Against a real database (SQLite and Postgres): a first sign-in creates a user bound to its provider
+account; later ones find that user whatever name the provider gives; a first sign-in naming an
+existing user (bound to another account, with a password, made by single sign-on before binding,
+disabled) is refused, unless the operator allows linking (``OIDC_LINK_EXISTING_USERS``), which binds
+an existing user bound to nobody, once; ``boxcar user unlink`` forgets a binding. The browser flow
+through a real provider is ``tests/test_sso_oidc.py``.
 """
 
 from __future__ import annotations
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
@@ -34,50 +33,42 @@ def binding(db: Database, name: str) -> tuple[str | None, str | None]:
     return row.oidc_issuer, row.oidc_subject
 
 
-def test_the_first_sign_in_binds_and_later_ones_follow_the_account_not_the_name(db: Database):
+def test_the_first_sign_in_creates_a_bound_user_and_later_ones_follow_the_account_not_the_name(db: Database):
     carol = sign_in(db, "carol", "sub-carol")
     assert carol is not None and binding(db, "carol") == (ISSUER, "sub-carol")
+    assert accounts.authenticate(db, "carol", "") is None
     assert sign_in(db, "carol", "sub-carol") == carol
-    # carol is called "caroline" at the provider now: still Boxcar's carol, and no new user
+    # carol is called "caroline" at the provider now, or nothing usable: still Boxcar's carol, no new user
     assert sign_in(db, "caroline", "sub-carol") == carol
+    assert sign_in(db, "", "sub-carol") == carol
     with db.read() as s:
         assert s.scalar(select(User.id).where(User.username == "caroline")) is None
-    # the same sub at another provider is another person
-    with pytest.raises(accounts.AccountError, match="belongs to another single sign-on account"):
-        sign_in(db, "carol", "sub-carol", issuer=OTHER_ISSUER)
+    # the same sub at another provider is another person, and carol is taken
+    assert sign_in(db, "carol", "sub-carol", issuer=OTHER_ISSUER) is None
 
 
 def test_another_provider_account_giving_a_bound_users_name_is_refused(db: Database):
     carol = sign_in(db, "carol", "sub-carol")
-    with pytest.raises(accounts.AccountError, match="belongs to another single sign-on account"):
-        sign_in(db, "carol", "sub-mallory")
-    with pytest.raises(accounts.AccountError):  # the operator allowing links to password users changes nothing
-        sign_in(db, "carol", "sub-mallory", link=True)
+    assert sign_in(db, "carol", "sub-mallory") is None
+    assert sign_in(db, "carol", "sub-mallory", link=True) is None  # linking binds only users bound to nobody
     assert binding(db, "carol") == (ISSUER, "sub-carol") and sign_in(db, "carol", "sub-carol") == carol
 
 
-def test_a_user_with_a_password_is_bound_only_when_the_operator_allows_it(db: Database):
-    """The takeover binding stops: an admin made with a password, and a provider account whose name
-    its owner could choose."""
+def test_an_existing_user_is_bound_only_when_the_operator_allows_it(db: Database):
+    """The takeover binding stops: an admin made with a password, a user single sign-on made before
+    users were bound (no password), and a provider account whose name its owner could choose."""
     root = accounts.create_user(db, "root", "a long enough password", role="admin")
-    with pytest.raises(accounts.AccountError, match="signs in with a password"):
-        sign_in(db, "root", "sub-mallory")
-    assert binding(db, "root") == (None, None)
+    dave = accounts.provision_user(db, "dave")  # as a sign-in before binding (or the proxy header) made him
+    for name in ("root", "dave"):
+        assert sign_in(db, name, "sub-mallory") is None
+        assert binding(db, name) == (None, None)
     assert accounts.authenticate(db, "root", "a long enough password") == root  # the password still works
     # OIDC_LINK_EXISTING_USERS=true: the first sign-in under the name binds it, and only that one
     assert sign_in(db, "root", "sub-root", link=True) == root
-    assert binding(db, "root") == (ISSUER, "sub-root")
-    with pytest.raises(accounts.AccountError, match="belongs to another"):
-        sign_in(db, "root", "sub-mallory", link=True)
-
-
-def test_users_made_for_single_sign_on_before_binding_are_bound_by_their_next_sign_in(db: Database):
-    dave = accounts.provision_user(db, "dave")  # as a sign-in before this change (or the proxy header) made him
-    assert binding(db, "dave") == (None, None)
-    assert sign_in(db, "dave", "sub-dave", create=False) == dave
-    assert binding(db, "dave") == (ISSUER, "sub-dave")
-    with pytest.raises(accounts.AccountError, match="belongs to another"):
-        sign_in(db, "dave", "sub-eve", create=False)
+    assert sign_in(db, "dave", "sub-dave", link=True, create=False) == dave
+    assert binding(db, "root") == (ISSUER, "sub-root") and binding(db, "dave") == (ISSUER, "sub-dave")
+    assert sign_in(db, "root", "sub-mallory", link=True) is None
+    assert sign_in(db, "root", "sub-root") == root  # bound: no linking needed any more
 
 
 def test_no_user_a_disabled_one_and_a_bad_name_are_none(db: Database):
@@ -87,7 +78,12 @@ def test_no_user_a_disabled_one_and_a_bad_name_are_none(db: Database):
     with db.write() as s:
         s.execute(update(User).where(User.id == erin).values(is_active=False))
     assert sign_in(db, "erin", "sub-erin") is None
+    frank = accounts.create_user(db, "frank", "a long enough password")
+    with db.write() as s:
+        s.execute(update(User).where(User.id == frank).values(is_active=False))
+    assert sign_in(db, "frank", "sub-frank", link=True) is None and binding(db, "frank") == (None, None)
     assert sign_in(db, "no spaces allowed", "sub-x") is None
+    assert sign_in(db, "system", "sub-operator") is None  # the operator's name is nobody's
 
 
 def test_boxcar_user_unlink_forgets_the_binding(db: Database, monkeypatch):
@@ -97,5 +93,6 @@ def test_boxcar_user_unlink_forgets_the_binding(db: Database, monkeypatch):
     done = runner.invoke(cli, ["user", "unlink", "carol"])
     assert done.exit_code == 0, done.output
     assert binding(db, "carol") == (None, None)
-    assert sign_in(db, "carol", "sub-carol-at-the-new-provider", issuer=OTHER_ISSUER) == carol
+    assert sign_in(db, "carol", "sub-carol-at-the-new-provider", issuer=OTHER_ISSUER) is None  # not by name alone
+    assert sign_in(db, "carol", "sub-carol-at-the-new-provider", issuer=OTHER_ISSUER, link=True) == carol
     assert runner.invoke(cli, ["user", "unlink", "nobody"]).exit_code == 2

@@ -44,7 +44,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.response import Response
-from sqlalchemy import delete, select, true, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from boxcar.ingest.access import ANONYMOUS, MAX_OPEN_SHARES, SHARES_COOKIE, Viewer, live_share_ids
@@ -184,6 +184,11 @@ def named_user_id(db: Database, username: str, create: bool, operator_name: str 
     return row.id
 
 
+#: what the login page says when a single sign-on finds no user it may log in: one sentence for
+#: every reason (the log has the reason), so the page tells nobody which names exist here
+SSO_NO_USER = "This single sign-on account may not sign in to any Boxcar user here. Ask an operator."
+
+
 def sso_user_id(
     db: Database,
     username: str,
@@ -195,89 +200,81 @@ def sso_user_id(
     link_existing: bool = False,
 ) -> str | None:
     """The id of the *active* user a single sign-on of the provider account ``(issuer, subject)``
-    logs in, found in this order:
+    logs in:
 
-    1. the user bound to that account, whatever the provider calls it now (``username``);
-    2. else the user named ``username`` if it is bound to no provider account and either has no
-       usable password (it exists for single sign-on only: made by one before users were bound, or
-       by the trusted-header login) or ``link_existing`` (``OIDC_LINK_EXISTING_USERS``): bound now;
-    3. else, when ``create`` and no user has that name, a new one (``provision_user``), bound now.
+    1. the user bound to that account (by an earlier sign-in), whatever the provider calls it now;
+    2. else, when ``link_existing`` (``OIDC_LINK_EXISTING_USERS``), the active user named
+       ``username`` if it is bound to no provider account: bound now;
+    3. else, when ``create`` (``OIDC_CREATE_USERS``) and no user has that name, a new user bound to
+       it (``UNUSABLE_PASSWORD_PREFIX``: only single sign-on logs them in).
 
     Users are bound because OpenID Connect Core §5.7 says ``preferred_username`` and the like are
-    neither unique nor stable, and only ``iss`` with ``sub`` identify a person (§2): matched by
-    name alone, whoever could choose a name at the provider signed in as the Boxcar user of that
-    name, an admin included.
+    neither unique nor stable, and only ``iss`` with ``sub`` identify a person (§2). Matched by
+    name, whoever could choose a name at the provider signed in as the Boxcar user of that name,
+    an admin included; so an existing user is never bound by name unless the operator says so.
 
     Args:
-        username: the name the provider gives (``OIDC_USERNAME_CLAIM``), checked here.
+        username: the name the provider gives (``OIDC_USERNAME_CLAIM``); "" when it gave none
+            usable (a bound user still signs in).
         issuer: the configured issuer (``OIDC_ISSUER`` without a trailing slash), which the ID
             token's ``iss`` was verified against.
         subject: the ID token's ``sub``.
 
     Returns:
-        The user's id; None for an invalid name or the operator's (``reserved_name``), no such
-        user (``create`` off), or a disabled user.
-
-    Raises:
-        AccountError: the name is taken here by a user bound to another provider account, or by
-            one with a password that may not be bound (``link_existing`` off); ``str()`` is a
-            sentence for the login page.
+        The user's id; None when no user may be logged in: a disabled one, an invalid name or the
+        operator's (``reserved_name``), no such user, or a user of that name this account may not
+        have (another's, or an existing one without ``link_existing``). Each is logged; the
+        login page says ``SSO_NO_USER`` for all of them.
     """
-    with db.read() as s:
-        bound = s.execute(
-            select(User.id, User.is_active).where(User.oidc_issuer == issuer, User.oidc_subject == subject)
-        ).first()
-    if bound is not None:
-        return bound.id if bound.is_active else None
-    if not USERNAME.match(username) or reserved_name(username, operator_name):
-        return None
-    if create:
-        provision_user(db, username, operator_name)  # a no-op when the name exists
-    if _bind_sso_subject(db, username, issuer, subject, link_existing):
-        log.info("single sign-on: user %r bound to %s's account %r", username, issuer, subject)
-    with db.read() as s:
-        row = s.execute(
-            select(User.id, User.is_active, User.oidc_issuer, User.oidc_subject).where(User.username == username)
-        ).first()
-    if row is None:
-        return None
-    if (row.oidc_issuer, row.oidc_subject) != (issuer, subject):
-        if row.oidc_subject is not None:
-            log.warning(
-                "single sign-on: %s's account %r names %r, a user bound to %s's account %r: refused",
-                issuer,
-                subject,
-                username,
-                row.oidc_issuer,
-                row.oidc_subject,
-            )
-            raise AccountError(f"The Boxcar user {username!r} belongs to another single sign-on account.")
+    found = _sso_bound_user(db, issuer, subject)
+    if found is None and USERNAME.match(username) and not reserved_name(username, operator_name):
+        if link_existing and _bind_sso_subject(db, username, issuer, subject):
+            log.info("single sign-on: existing user %r bound to %s's account %r", username, issuer, subject)
+        elif create and _create_sso_user(db, username, issuer, subject):
+            log.info("single sign-on: user %r created for %s's account %r", username, issuer, subject)
+        # bound or created here, or by a sign-in of the same account at the same moment
+        found = _sso_bound_user(db, issuer, subject)
+    if found is None:
         log.warning(
-            "single sign-on: %s's account %r names %r, a user with a password (OIDC_LINK_EXISTING_USERS off): refused",
+            "single sign-on: %s's account %r (user name %r) may have no user here: no such user%s, "
+            "or the name is the operator's, another account's user, or an existing user "
+            "(OIDC_LINK_EXISTING_USERS=%s)",
             issuer,
             subject,
             username,
+            "" if create else " (OIDC_CREATE_USERS off)",
+            link_existing,
         )
-        raise AccountError(
-            f"The Boxcar user {username!r} signs in with a password, not with single sign-on "
-            "(an operator can allow linking it: OIDC_LINK_EXISTING_USERS)."
-        )
-    return row.id if row.is_active else None
+        return None
+    if not found.is_active:
+        log.warning("single sign-on: %s's account %r is disabled user %r", issuer, subject, found.username)
+        return None
+    return found.id
 
 
-def _bind_sso_subject(db: Database, username: str, issuer: str, subject: str, link_existing: bool) -> bool:
-    """Bind the user ``username`` to the provider account ``(issuer, subject)``; True when bound here.
+def _sso_bound_user(db: Database, issuer: str, subject: str):
+    """The user row (``id``, ``username``, ``is_active``) bound to ``(issuer, subject)``, or None."""
+    with db.read() as s:
+        return s.execute(
+            select(User.id, User.username, User.is_active).where(
+                User.oidc_issuer == issuer, User.oidc_subject == subject
+            )
+        ).first()
 
-    Guard: only a user bound to no provider account, and one with a usable password only when
-    ``link_existing``. Two first sign-ins at once under one name: one binds, the other finds the
-    user bound to someone else (the unique index on the pair keeps one account to one user).
+
+def _bind_sso_subject(db: Database, username: str, issuer: str, subject: str) -> bool:
+    """Bind the existing user ``username`` to the provider account ``(issuer, subject)``
+    (``OIDC_LINK_EXISTING_USERS``); True when bound here.
+
+    Guard: only an active user bound to no provider account. Two first sign-ins at once under one
+    name: one binds, the other's update finds the user bound; the unique index on the pair keeps
+    one account to one user.
     """
-    may_link = true() if link_existing else User.password_hash.startswith(UNUSABLE_PASSWORD_PREFIX)
     try:
         with db.write() as s:
             done = s.execute(
                 update(User)
-                .where(User.username == username, User.oidc_subject.is_(None), may_link)
+                .where(User.username == username, User.oidc_subject.is_(None), User.is_active.is_(True))
                 .values(oidc_issuer=issuer, oidc_subject=subject)
             )
     except IntegrityError:  # that account was bound to another user meanwhile
@@ -285,9 +282,31 @@ def _bind_sso_subject(db: Database, username: str, issuer: str, subject: str, li
     return bool(done.rowcount)
 
 
+def _create_sso_user(db: Database, username: str, issuer: str, subject: str) -> bool:
+    """Create the user ``username`` bound to ``(issuer, subject)``, with an unusable password;
+    True when created here, False when the name or the account was taken (meanwhile)."""
+    unusable = UNUSABLE_PASSWORD_PREFIX + secrets.token_hex(16)
+    try:
+        with db.write() as s:
+            s.add(
+                User(
+                    id=new_id(),
+                    username=username,
+                    password_hash=unusable,
+                    created_at=utcnow(),
+                    oidc_issuer=issuer,
+                    oidc_subject=subject,
+                )
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
 def unbind_sso(db: Database, username: str) -> bool:
-    """Forget the provider account ``username`` is bound to (``boxcar user unlink``): their next
-    single sign-on binds them again, as ``sso_user_id`` says. False when there is no such user."""
+    """Forget the provider account ``username`` is bound to (``boxcar user unlink``). A later
+    single sign-on binds them only as ``sso_user_id`` says (``OIDC_LINK_EXISTING_USERS``). False
+    when there is no such user."""
     with db.write() as s:
         done = s.execute(update(User).where(User.username == username).values(oidc_issuer=None, oidc_subject=None))
     return bool(done.rowcount)

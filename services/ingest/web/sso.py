@@ -6,9 +6,10 @@ and ``nonce``), ``/login/oidc/callback`` takes the code back, exchanges it at th
 verifies the ID token (signature against the provider's JWKS, ``iss``, ``aud``, ``exp``, ``iat``,
 ``nonce``, ``at_hash``, ``azp``: Authlib's ``CodeIDToken`` over joserfc), reads the user name
 from ``OIDC_USERNAME_CLAIM`` (the ID token's, else the userinfo endpoint's for the same ``sub``),
-finds the user bound to the provider account (``iss`` and ``sub``), else the one of that name if it
-may be bound, or creates them (``OIDC_CREATE_USERS``): ``accounts.sso_user_id`` has the rule. Then
-it starts an ordinary session, with the cookie password login sets.
+finds the user bound to the provider account (``iss`` and ``sub``), else binds the existing user of
+that name (only with ``OIDC_LINK_EXISTING_USERS``) or creates one bound to it (``OIDC_CREATE_USERS``):
+``accounts.sso_user_id`` has the rule. Then it starts an ordinary session, with the cookie password
+login sets.
 
 Where the flow waits: ``state``, ``nonce``, the PKCE ``code_verifier`` and the page to return to
 are kept in the browser, in one HttpOnly ``SameSite=Lax`` cookie scoped to ``/login/oidc``,
@@ -224,8 +225,9 @@ class OIDCClient:
         return url, flow
 
     async def finish(self, flow: Flow, redirect_uri: str, params: dict[str, str]) -> tuple[str, str]:
-        """The verified user name and subject (the ID token's ``sub``: with ``issuer``, the
-        provider account) of a callback's query ``params`` for the started ``flow``.
+        """The verified user name ("" when the provider gave none usable) and subject (the ID
+        token's ``sub``: with ``issuer``, the provider account) of a callback's query ``params``
+        for the started ``flow``.
 
         Raises:
             SSOError: 400 for a wrong or missing ``state`` or ``code``; 403 when the provider
@@ -256,12 +258,10 @@ class OIDCClient:
             log.warning(
                 "single sign-on: claim %s of %r is missing or no valid user name: %r",
                 self.settings.oidc_username_claim,
-                claims.get("sub"),
+                subject,
                 name,
             )
-            raise SSOError(
-                f"The single sign-on provider gave no usable user name ({self.settings.oidc_username_claim}).", 403
-            )
+            name = ""  # a user bound to this account signs in all the same
         return name, subject
 
     async def _exchange(self, code: str, flow: Flow, redirect_uri: str) -> dict[str, Any]:
@@ -439,16 +439,16 @@ class SSOPages(Controller):
             )
         except SSOError as exc:
             return await _failed(request, exc, flow.next)
-        except accounts.AccountError as exc:  # the name is another provider account's user, or a password user's
-            return await _failed(request, SSOError(str(exc), 403), flow.next)
-        if user_id is None:
-            log.warning(
-                "single sign-on: %r is no active user here (OIDC_CREATE_USERS=%s)", username, settings.oidc_create_users
-            )
-            return await _failed(request, SSOError(f"There is no active Boxcar user {username!r}.", 403), flow.next)
+        if user_id is None:  # sso_user_id logged why
+            if not username:
+                claim = settings.oidc_username_claim
+                error = SSOError(f"The single sign-on provider gave no usable user name ({claim}).", 403)
+            else:
+                error = SSOError(accounts.SSO_NO_USER, 403)
+            return await _failed(request, error, flow.next)
         await anyio.to_thread.run_sync(accounts.end_session, state.db, request.cookies.get(SESSION_COOKIE, ""))
         token = await anyio.to_thread.run_sync(accounts.start_session, state.db, user_id, settings.session_max_age)
-        log.info("single sign-on: %r logged in", username)
+        log.info("single sign-on: %s's account %r logged in (user id %s)", client.issuer, subject, user_id)
         response = Redirect(flow.next, status_code=303)
         accounts.set_session_cookie(response, token, settings.session_max_age, _secure(request))
         response.delete_cookie(FLOW_COOKIE, path=routes.LOGIN_OIDC)
