@@ -99,6 +99,12 @@ def _dummy_hash() -> str:
 UNUSABLE_PASSWORD_PREFIX = "!"
 
 
+def unusable_password() -> str:
+    """A password hash no password matches (``UNUSABLE_PASSWORD_PREFIX`` and random text): for users
+    only single sign-on logs in."""
+    return UNUSABLE_PASSWORD_PREFIX + secrets.token_hex(16)
+
+
 class AccountError(ValueError):
     """A user name or password that can't be used; ``str()`` says why."""
 
@@ -155,10 +161,9 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
     if found:
         return found
     user_id = new_id()
-    unusable = UNUSABLE_PASSWORD_PREFIX + secrets.token_hex(16)
     try:
         with db.write() as s:
-            s.add(User(id=user_id, username=username, password_hash=unusable, created_at=utcnow()))
+            s.add(User(id=user_id, username=username, password_hash=unusable_password(), created_at=utcnow()))
     except IntegrityError:  # made at the same moment by another request or replica
         with db.read() as s:
             found = s.scalar(select(User.id).where(User.username == username))
@@ -285,14 +290,13 @@ def _bind_sso_subject(db: Database, username: str, issuer: str, subject: str) ->
 def _create_sso_user(db: Database, username: str, issuer: str, subject: str) -> bool:
     """Create the user ``username`` bound to ``(issuer, subject)``, with an unusable password;
     True when created here, False when the name or the account was taken (meanwhile)."""
-    unusable = UNUSABLE_PASSWORD_PREFIX + secrets.token_hex(16)
     try:
         with db.write() as s:
             s.add(
                 User(
                     id=new_id(),
                     username=username,
-                    password_hash=unusable,
+                    password_hash=unusable_password(),
                     created_at=utcnow(),
                     oidc_issuer=issuer,
                     oidc_subject=subject,
