@@ -231,8 +231,8 @@ class OIDCClient:
 
         Raises:
             SSOError: 400 for a wrong or missing ``state`` or ``code``; 403 when the provider
-                refused (``error``, e.g. consent denied) or gave no usable user name; 401 when
-                the ID token does not verify; 502 when the provider can't be reached or fails.
+                refused (``error``, e.g. consent denied) or its ID token has no usable ``sub``; 401
+                when the ID token does not verify; 502 when the provider can't be reached or fails.
         """
         if not hmac.compare_digest(params.get("state", ""), flow.state):
             log.warning("single sign-on: callback with a state that is not this browser's")
