@@ -66,6 +66,8 @@ from boxcar.shared.db.models import (
 from boxcar.shared.ids import new_id
 
 if TYPE_CHECKING:
+    from sqlalchemy import Row
+
     from boxcar.shared.settings import Settings
 
 log = logging.getLogger("boxcar.ingest.web.accounts")
@@ -150,7 +152,9 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
     disabled or not: callers check ``is_active``. Two first visits at once make one user.
 
     Raises:
-        AccountError: ``username`` is not a valid user name (``USERNAME``), or the operator's.
+        AccountError: ``username`` is not a valid user name (``USERNAME``), or the operator's; or
+            the insert failed on a unique index while no user has that name (a provider account
+            bound to another user cannot happen here: nothing is bound).
     """
     if not USERNAME.match(username):
         raise AccountError("user names are 1–64 letters, digits or . _ @ -")
@@ -160,17 +164,38 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
         found = s.scalar(select(User.id).where(User.username == username))
     if found:
         return found
-    user_id = new_id()
-    try:
-        with db.write() as s:
-            s.add(User(id=user_id, username=username, password_hash=unusable_password(), created_at=utcnow()))
-    except IntegrityError:  # made at the same moment by another request or replica
+    user_id = _insert_passwordless_user(db, username)
+    if user_id is None:  # made at the same moment by another request or replica
         with db.read() as s:
             found = s.scalar(select(User.id).where(User.username == username))
         if not found:
-            raise
+            raise AccountError(f"user {username!r} could not be created")
         return found
     log.info("created user %r on their first single sign-on", username)
+    return user_id
+
+
+def _insert_passwordless_user(
+    db: Database, username: str, issuer: str | None = None, subject: str | None = None
+) -> str | None:
+    """Insert an active user ``username`` whose password hash is ``unusable_password()``, bound to
+    the provider account ``(issuer, subject)`` when given; its id, or None when the name (or the
+    account) was taken, meanwhile or before (the unique indexes: ``IntegrityError`` caught)."""
+    user_id = new_id()
+    try:
+        with db.write() as s:
+            s.add(
+                User(
+                    id=user_id,
+                    username=username,
+                    password_hash=unusable_password(),
+                    created_at=utcnow(),
+                    oidc_issuer=issuer,
+                    oidc_subject=subject,
+                )
+            )
+    except IntegrityError:
+        return None
     return user_id
 
 
@@ -257,7 +282,7 @@ def sso_user_id(
     return found.id
 
 
-def _sso_bound_user(db: Database, issuer: str, subject: str):
+def _sso_bound_user(db: Database, issuer: str, subject: str) -> Row[tuple[str, str, bool]] | None:
     """The user row (``id``, ``username``, ``is_active``) bound to ``(issuer, subject)``, or None."""
     with db.read() as s:
         return s.execute(
@@ -290,21 +315,7 @@ def _bind_sso_subject(db: Database, username: str, issuer: str, subject: str) ->
 def _create_sso_user(db: Database, username: str, issuer: str, subject: str) -> bool:
     """Create the user ``username`` bound to ``(issuer, subject)``, with an unusable password;
     True when created here, False when the name or the account was taken (meanwhile)."""
-    try:
-        with db.write() as s:
-            s.add(
-                User(
-                    id=new_id(),
-                    username=username,
-                    password_hash=unusable_password(),
-                    created_at=utcnow(),
-                    oidc_issuer=issuer,
-                    oidc_subject=subject,
-                )
-            )
-    except IntegrityError:
-        return False
-    return True
+    return _insert_passwordless_user(db, username, issuer, subject) is not None
 
 
 def unbind_sso(db: Database, username: str) -> bool:
