@@ -495,6 +495,7 @@ async def consume(
     batch_handler: BatchHandler | None = None,
     on_dead: DeadHandler | None = None,
     grace: float = 20.0,
+    linger: float = 0.0,
 ) -> None:
     """The one consumer loop every service uses (nats.py's worker-pool and acknowledgement examples).
 
@@ -509,7 +510,11 @@ async def consume(
 
     With ``heartbeat`` seconds, a running handler sends ``in_progress()`` that often (long tasks
     keep their ack deadline). With ``batch_handler(msgs)``, a fetched batch is first offered whole
-    (one transaction for many events); if it raises, the messages are handled one by one.
+    (one transaction for many events); if it raises, the messages are handled one by one. With
+    ``linger`` seconds (and a ``batch_handler``), a fetch that found fewer than ``batch`` messages
+    waits up to that long for more before the batch is handled: fewer, fuller transactions for a
+    consumer whose cost is mostly per batch, at the price of that much latency (Kafka's
+    producer ``linger.ms`` is the same trade).
     When ``stop`` is set, fetching stops, handlers in flight get ``grace`` seconds, then are
     cancelled and their messages ``nak``-ed for another replica.
 
@@ -578,6 +583,8 @@ async def consume(
             continue
         if msgs is None:  # stopping
             break
+        if batch_handler is not None and linger > 0 and len(msgs) < want:
+            msgs += await _fetch_more(sub, want - len(msgs), linger)
         if batch_handler is not None and len(msgs) > 1:
             try:
                 await batch_handler(msgs)
@@ -621,6 +628,25 @@ async def _fetch_unless_stopped(
         await asyncio.gather(fetch, return_exceptions=True)
         return None
     return fetch.result()
+
+
+async def _fetch_more(sub: JetStreamContext.PullSubscription, want: int, linger: float) -> list[Msg]:
+    """Up to ``want`` more messages, gathered for at most ``linger`` seconds (``consume``'s
+    ``linger``; nats.py's ``fetch`` returns at once with what is there, so it is asked again until
+    the time is up or ``want`` came); what came before a failed fetch (the messages already
+    fetched are handled anyway, the next fetch of the loop reports a lost connection)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + linger
+    more: list[Msg] = []
+    while len(more) < want and (left := deadline - loop.time()) > 0.001:
+        try:
+            more += await sub.fetch(want - len(more), timeout=left)
+        except TimeoutError:
+            break
+        except Exception as exc:
+            log.debug("fetching more for a batch failed: %s", _short(exc))
+            break
+    return more
 
 
 async def _give_up(
