@@ -96,3 +96,24 @@ def test_boxcar_user_unlink_forgets_the_binding(db: Database, monkeypatch):
     assert sign_in(db, "carol", "sub-carol-at-the-new-provider", issuer=OTHER_ISSUER) is None  # not by name alone
     assert sign_in(db, "carol", "sub-carol-at-the-new-provider", issuer=OTHER_ISSUER, link=True) == carol
     assert runner.invoke(cli, ["user", "unlink", "nobody"]).exit_code == 2
+
+
+def test_no_user_is_made_whose_name_differs_from_another_only_in_letter_case(db: Database):
+    """``Root`` beside ``root`` would look alike in every list, share and log line: refused by the
+    CLI's and the admin page's ``create_user``, by a first single sign-on (its one refusal) and by
+    the trusted-header login; the existing user and its name stay as they were."""
+    root = accounts.create_user(db, "root", "a long enough password", role="admin")
+    try:
+        accounts.create_user(db, "Root", "another long password")
+    except accounts.AccountError as exc:
+        assert "'root' exists already" in str(exc)
+    else:
+        raise AssertionError("Root was created beside root")
+    assert sign_in(db, "ROOT", "sub-mallory") is None
+    assert accounts.named_user_id(db, "rOOt", create=True) is None
+    with db.read() as s:
+        assert list(s.scalars(select(User.username))) == ["root"]
+    assert accounts.authenticate(db, "root", "a long enough password") == root
+    # other names still are made, and the same name in the same case is still found
+    assert sign_in(db, "rooty", "sub-rooty") is not None
+    assert accounts.named_user_id(db, "root", create=True) == root

@@ -44,7 +44,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.response import Response
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from boxcar.ingest.access import ANONYMOUS, MAX_OPEN_SHARES, SHARES_COOKIE, Viewer, live_share_ids
@@ -67,6 +67,7 @@ from boxcar.shared.ids import new_id
 
 if TYPE_CHECKING:
     from sqlalchemy import Row
+    from sqlalchemy.orm import Session
 
     from boxcar.shared.settings import Settings
 
@@ -119,8 +120,9 @@ def create_user(db: Database, username: str, password: str, role: str = "member"
     """Create a user (``role`` ``admin`` or ``member``); returns its id.
 
     Raises:
-        AccountError: a bad or taken user name, the operator's name (``reserved_name``), an
-            unknown role, or a password shorter than 8 characters.
+        AccountError: a bad or taken user name (taken in another letter case too: ``root`` and
+            ``Root`` would look alike in every list, share and log), the operator's name
+            (``reserved_name``), an unknown role, or a password shorter than 8 characters.
     """
     if role not in ROLES:
         raise AccountError(f"role must be one of {', '.join(ROLES)}")
@@ -133,6 +135,8 @@ def create_user(db: Database, username: str, password: str, role: str = "member"
     with db.write() as s:
         if s.scalar(select(User.id).where(User.username == username)):
             raise AccountError(f"user {username!r} exists already")
+        if other := _same_name_other_case(s, username):
+            raise AccountError(f"user {other!r} exists already: names must differ by more than letter case")
         user_id = new_id()
         s.add(User(id=user_id, username=username, password_hash=_hasher.hash(password), created_at=utcnow(), role=role))
     return user_id
@@ -153,8 +157,7 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
 
     Raises:
         AccountError: ``username`` is not a valid user name (``USERNAME``), or the operator's; or
-            the insert failed on a unique index while no user has that name (a provider account
-            bound to another user cannot happen here: nothing is bound).
+            a user has that name in another letter case (``_same_name_other_case``).
     """
     if not USERNAME.match(username):
         raise AccountError("user names are 1–64 letters, digits or . _ @ -")
@@ -165,11 +168,19 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
     if found:
         return found
     user_id = _insert_passwordless_user(db, username)
-    if user_id is None:  # made at the same moment by another request or replica
+    if user_id is None:  # made at the same moment by another request or replica, or a look-alike
         with db.read() as s:
             found = s.scalar(select(User.id).where(User.username == username))
+            other = None if found else _same_name_other_case(s, username)
         if not found:
-            raise AccountError(f"user {username!r} could not be created")
+            raise AccountError(
+                f"user {username!r} was not created: "
+                + (
+                    f"user {other!r} exists (names must differ by more than letter case)"
+                    if other
+                    else "the name was taken and freed meanwhile"
+                )
+            )
         return found
     log.info("created user %r on their first single sign-on", username)
     return user_id
@@ -180,10 +191,13 @@ def _insert_passwordless_user(
 ) -> str | None:
     """Insert an active user ``username`` whose password hash is ``unusable_password()``, bound to
     the provider account ``(issuer, subject)`` when given; its id, or None when the name (or the
-    account) was taken, meanwhile or before (the unique indexes: ``IntegrityError`` caught)."""
+    account) was taken, meanwhile or before (the unique indexes: ``IntegrityError`` caught), or a
+    user has the name in another letter case (``_same_name_other_case``)."""
     user_id = new_id()
     try:
         with db.write() as s:
+            if _same_name_other_case(s, username):
+                return None
             s.add(
                 User(
                     id=user_id,
@@ -199,6 +213,17 @@ def _insert_passwordless_user(
     return user_id
 
 
+def _same_name_other_case(s: Session, username: str) -> str | None:
+    """The name of a user whose name is ``username`` in other letter case (``Root`` for ``root``),
+    or None. Such a pair is refused when a user is created: they would look alike in every list,
+    share and log line. Checked in the creating transaction, not by a unique index on the lower-cased
+    name: on Postgres two creations of look-alikes at the very same moment can both pass (names
+    are created by an admin, or by a first sign-in, one at a time in practice)."""
+    return s.scalar(
+        select(User.username).where(func.lower(User.username) == username.lower(), User.username != username).limit(1)
+    )
+
+
 def named_user_id(db: Database, username: str, create: bool, operator_name: str = "system") -> str | None:
     """The id of the *active* user ``username`` (the trusted-header login: the proxy vouches for the
     name), created first when ``create`` and missing (``provision_user``); None for an invalid
@@ -206,7 +231,11 @@ def named_user_id(db: Database, username: str, create: bool, operator_name: str 
     if not USERNAME.match(username) or reserved_name(username, operator_name):
         return None
     if create:
-        provision_user(db, username, operator_name)
+        try:
+            provision_user(db, username, operator_name)
+        except AccountError as exc:
+            log.warning("trusted-header login as %r refused: %s", username, exc)
+            return None
     with db.read() as s:
         row = s.execute(select(User.id, User.is_active).where(User.username == username)).first()
     if row is None or not row.is_active:
