@@ -16,12 +16,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
+from typing import Any, NoReturn
 
 from boxcar.shared import metrics, telemetry
 from boxcar.shared.db import Database
-from boxcar.shared.procutil import limit_malloc_arenas
+from boxcar.shared.procutil import exit_without_teardown, freeze_imports, limit_malloc_arenas
 from boxcar.shared.settings import Settings, get_settings
 
 MAX_LOG_MESSAGE = 4000  # characters of one log message; a traceback keeps its last lines
@@ -99,6 +100,22 @@ async def run_service(
         if exporter is not None:
             exporter.stop()
         telemetry.shutdown_tracing()
+
+
+def run_main(main: Coroutine[Any, Any, None]) -> NoReturn:
+    """``asyncio.run(main)`` for a service's ``python -m`` entry, as the one-process stack runs
+    (``cli/allinone.py``): the objects its imports made are frozen first (``procutil.freeze_imports``:
+    later full collections skip them), and once ``main`` has returned (the service stopped, its
+    ``run_service`` torn down) the process ends without the interpreter's teardown of its modules
+    (``procutil.exit_without_teardown``: exit status 0, ``atexit`` handlers run).
+
+    Raises:
+        whatever ``main`` raises (the interpreter then exits as usual: status 1 and the traceback,
+        or ``SystemExit``'s own status).
+    """
+    freeze_imports()
+    asyncio.run(main)
+    exit_without_teardown(0)
 
 
 async def _heartbeat(path: str, interval: float = 5.0) -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from boxcar.hook_executor.worker import HookExecutor
 from boxcar.shared.families import load_families
-from boxcar.shared.service import run_service
+from boxcar.shared.service import run_main, run_service
 
 
 async def main(family: str, concurrency: int | None) -> None:
@@ -23,7 +22,7 @@ def cli() -> None:
     parser.add_argument("--family", required=True, choices=families, help="family whose tasks to run")
     parser.add_argument("--concurrency", type=int, default=None, help="tasks at once (EXECUTOR_CONCURRENCY)")
     args = parser.parse_args()
-    asyncio.run(main(args.family, args.concurrency))
+    run_main(main(args.family, args.concurrency))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from boxcar.result_projector.projector import ResultProjector
-from boxcar.shared.service import run_service
+from boxcar.shared.service import run_main, run_service
 
 
 async def main() -> None:
@@ -16,4 +14,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main())

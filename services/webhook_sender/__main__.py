@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from boxcar.shared.service import run_service
+from boxcar.shared.service import run_main, run_service
 from boxcar.webhook_sender.sender import WebhookSender
 
 
@@ -17,4 +15,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main())

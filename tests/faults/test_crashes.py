@@ -182,3 +182,7 @@ def test_every_service_stops_within_its_grace_on_sigterm(pg_url, nats, make_stac
         except subprocess.TimeoutExpired:
             pytest.fail(f"{child.name} still running 25 s after SIGTERM")
     print(f"FAULT SIGTERM: every service stopped in {time.monotonic() - started:.1f} s")
+    # a clean stop, as an orchestrator reads it (compose's restart policies, systemd): status 0
+    assert {child.name: child.proc.returncode for child in stack.children} == {
+        child.name: 0 for child in stack.children
+    }

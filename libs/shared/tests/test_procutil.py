@@ -213,3 +213,33 @@ FREEZE = textwrap.dedent(
 def test_freeze_imports_freezes_what_lives_and_turns_the_collector_back_on():
     out = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True", "True"], out
+
+
+RUN_MAIN = textwrap.dedent(
+    """
+    import sys
+    from boxcar.shared.service import run_main
+    class Teardown:
+        def __del__(self):
+            print("teardown ran")
+    keep = Teardown()
+    async def main():
+        import gc
+        print("main ran", gc.get_freeze_count() > 0, gc.isenabled())
+        if sys.argv[1] == "fail":
+            raise RuntimeError("the service failed")
+    run_main(main())
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["stop", "fail"])
+def test_a_services_main_freezes_its_imports_and_ends_without_the_teardown_unless_it_failed(mode):
+    """``service.run_main``, every service's ``python -m`` entry: a service that stopped exits 0
+    without the teardown; one whose main raised exits 1 with its traceback, as before."""
+    out = subprocess.run([sys.executable, "-c", RUN_MAIN, mode], capture_output=True, text=True, timeout=60)
+    assert "main ran True True" in out.stdout, out
+    if mode == "stop":
+        assert out.returncode == 0 and "teardown ran" not in out.stdout, out
+    else:
+        assert out.returncode == 1 and "RuntimeError: the service failed" in out.stderr, out
