@@ -11,6 +11,8 @@ through a real provider is ``tests/test_sso_oidc.py``.
 
 from __future__ import annotations
 
+import logging
+
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
@@ -98,7 +100,7 @@ def test_boxcar_user_unlink_forgets_the_binding(db: Database, monkeypatch):
     assert runner.invoke(cli, ["user", "unlink", "nobody"]).exit_code == 2
 
 
-def test_no_user_is_made_whose_name_differs_from_another_only_in_letter_case(db: Database):
+def test_no_user_is_made_whose_name_differs_from_another_only_in_letter_case(db: Database, caplog):
     """``Root`` beside ``root`` would look alike in every list, share and log line: refused by the
     CLI's and the admin page's ``create_user``, by a first single sign-on (its one refusal) and by
     the trusted-header login; the existing user and its name stay as they were."""
@@ -109,7 +111,9 @@ def test_no_user_is_made_whose_name_differs_from_another_only_in_letter_case(db:
         assert "'root' exists already" in str(exc)
     else:
         raise AssertionError("Root was created beside root")
-    assert sign_in(db, "ROOT", "sub-mallory") is None
+    with caplog.at_level(logging.WARNING):
+        assert sign_in(db, "ROOT", "sub-mallory") is None
+    assert "user 'root' has that name in other letter case" in caplog.text  # the operator learns why
     assert accounts.named_user_id(db, "rOOt", create=True) is None
     with db.read() as s:
         assert list(s.scalars(select(User.username))) == ["root"]

@@ -165,22 +165,17 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
         raise AccountError(f"{username!r} is the operator's name (ARCHIVE_USER)")
     with db.read() as s:
         found = s.scalar(select(User.id).where(User.username == username))
+        other = None if found else _same_name_other_case(s, username)
     if found:
         return found
+    if other:  # refused without a write (a proxy sending this name does on every request)
+        raise AccountError(f"user {other!r} exists: names must differ by more than letter case")
     user_id = _insert_passwordless_user(db, username)
-    if user_id is None:  # made at the same moment by another request or replica, or a look-alike
+    if user_id is None:  # made at the same moment by another request or replica (or a look-alike)
         with db.read() as s:
             found = s.scalar(select(User.id).where(User.username == username))
-            other = None if found else _same_name_other_case(s, username)
         if not found:
-            raise AccountError(
-                f"user {username!r} was not created: "
-                + (
-                    f"user {other!r} exists (names must differ by more than letter case)"
-                    if other
-                    else "the name was taken and freed meanwhile"
-                )
-            )
+            raise AccountError(f"user {username!r} was not created: a user of that name in other letter case exists")
         return found
     log.info("created user %r on their first single sign-on", username)
     return user_id
@@ -264,8 +259,9 @@ def sso_user_id(
     1. the user bound to that account (by an earlier sign-in), whatever the provider calls it now;
     2. else, when ``link_existing`` (``OIDC_LINK_EXISTING_USERS``), the active user named
        ``username`` if it is bound to no provider account: bound now;
-    3. else, when ``create`` (``OIDC_CREATE_USERS``) and no user has that name, a new user bound to
-       it (``UNUSABLE_PASSWORD_PREFIX``: only single sign-on logs them in).
+    3. else, when ``create`` (``OIDC_CREATE_USERS``) and no user has that name, in any letter
+       case (``_same_name_other_case``), a new user bound to it (``UNUSABLE_PASSWORD_PREFIX``: only
+       single sign-on logs them in).
 
     Users are bound because OpenID Connect Core §5.7 says ``preferred_username`` and the like are
     neither unique nor stable, and only ``iss`` with ``sub`` identify a person (§2). Matched by
@@ -281,8 +277,9 @@ def sso_user_id(
 
     Returns:
         The user's id; None when no user may be logged in: a disabled one, an invalid name or the
-        operator's (``reserved_name``), no such user, or a user of that name this account may not
-        have (another's, or an existing one without ``link_existing``). Each is logged; the
+        operator's (``reserved_name``), no such user, a user of that name this account may not
+        have (another's, or an existing one without ``link_existing``), or one whose name differs
+        only in letter case (linking needs the exact name). Each is logged; the
         login page says ``SSO_NO_USER`` for all of them.
     """
     found = _sso_bound_user(db, issuer, subject)
@@ -294,15 +291,19 @@ def sso_user_id(
         # bound or created here, or by a sign-in of the same account at the same moment
         found = _sso_bound_user(db, issuer, subject)
     if found is None:
+        other = None
+        if USERNAME.match(username):
+            with db.read() as s:
+                other = _same_name_other_case(s, username)
+        if other:
+            why = f"user {other!r} has that name in other letter case (names must differ by more than that)"
+        else:
+            why = (
+                f"no such user{'' if create else ' (OIDC_CREATE_USERS off)'}, or the name is the operator's, "
+                f"another account's user, or an existing user (OIDC_LINK_EXISTING_USERS={link_existing})"
+            )
         log.warning(
-            "single sign-on: %s's account %r (user name %r) may have no user here: no such user%s, "
-            "or the name is the operator's, another account's user, or an existing user "
-            "(OIDC_LINK_EXISTING_USERS=%s)",
-            issuer,
-            subject,
-            username,
-            "" if create else " (OIDC_CREATE_USERS off)",
-            link_existing,
+            "single sign-on: %s's account %r (user name %r) may have no user here: %s", issuer, subject, username, why
         )
         return None
     if not found.is_active:
@@ -343,7 +344,7 @@ def _bind_sso_subject(db: Database, username: str, issuer: str, subject: str) ->
 
 def _create_sso_user(db: Database, username: str, issuer: str, subject: str) -> bool:
     """Create the user ``username`` bound to ``(issuer, subject)``, with an unusable password;
-    True when created here, False when the name or the account was taken (meanwhile)."""
+    True when created here, False when the name (in any letter case) or the account was taken."""
     return _insert_passwordless_user(db, username, issuer, subject) is not None
 
 
