@@ -584,7 +584,7 @@ async def consume(
         if msgs is None:  # stopping
             break
         if batch_handler is not None and linger > 0 and len(msgs) < want:
-            msgs += await _fetch_more(sub, want - len(msgs), linger)
+            msgs += await _fetch_more(sub, want - len(msgs), linger, stop)
         if batch_handler is not None and len(msgs) > 1:
             try:
                 await batch_handler(msgs)
@@ -630,15 +630,18 @@ async def _fetch_unless_stopped(
     return fetch.result()
 
 
-async def _fetch_more(sub: JetStreamContext.PullSubscription, want: int, linger: float) -> list[Msg]:
+async def _fetch_more(
+    sub: JetStreamContext.PullSubscription, want: int, linger: float, stop: asyncio.Event
+) -> list[Msg]:
     """Up to ``want`` more messages, gathered for at most ``linger`` seconds (``consume``'s
     ``linger``; nats.py's ``fetch`` returns at once with what is there, so it is asked again until
-    the time is up or ``want`` came); what came before a failed fetch (the messages already
-    fetched are handled anyway, the next fetch of the loop reports a lost connection)."""
+    the time is up, ``want`` came or ``stop`` is set). A failed fetch ends the gathering: what came
+    before it is returned and handled; the next fetch of the loop reports a lost connection, and
+    messages the failed one may have taken are redelivered after their ``ack_wait``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + linger
     more: list[Msg] = []
-    while len(more) < want and (left := deadline - loop.time()) > 0.001:
+    while len(more) < want and not stop.is_set() and (left := deadline - loop.time()) > 0.001:
         try:
             more += await sub.fetch(want - len(more), timeout=left)
         except TimeoutError:
