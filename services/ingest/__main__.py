@@ -9,7 +9,7 @@ from boxcar.ingest.app import create_app, create_archive_app
 from boxcar.ingest.server import server
 from boxcar.shared import telemetry
 from boxcar.shared.db import Database
-from boxcar.shared.service import setup_logging
+from boxcar.shared.service import run_main, setup_logging
 from boxcar.shared.settings import get_settings
 
 
@@ -29,18 +29,24 @@ async def serve_both(settings) -> None:
         db.dispose()
 
 
+async def serve(settings) -> None:
+    """The API (and the archive origin, with ``ARCHIVE_PORT``) until SIGTERM/SIGINT; the spans still
+    buffered are flushed at the end."""
+    try:
+        if settings.archive_port:
+            await serve_both(settings)
+        else:
+            await server(create_app(settings), settings.api_host, settings.api_port).serve()
+    finally:
+        telemetry.shutdown_tracing()  # flush spans still buffered
+
+
 def main() -> None:
     setup_logging("ingest")
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     telemetry.setup_tracing("ingest", settings.span_log_dir)
-    try:
-        if settings.archive_port:
-            asyncio.run(serve_both(settings))
-        else:
-            server(create_app(settings), settings.api_host, settings.api_port).run()
-    finally:
-        telemetry.shutdown_tracing()  # flush spans still buffered
+    run_main(serve(settings))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -57,10 +58,20 @@ class Server(uvicorn.Server):
         else:
             self._exit.clear()
 
-    def capture_signals(self):
-        if self.handle_signals:
-            return super().capture_signals()
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's signal handling (SIGTERM and SIGINT stop the server), without its raising the
+        caught signal again once the server has shut down (uvicorn ≥ 0.29): that ended the ingest
+        process by the signal before its own clean-up ran (the spans still buffered, the database,
+        the archive origin's server), and made a clean stop look like a kill (exit status -15)."""
+        if not self.handle_signals:
+            yield
+            return
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._captured_signals.clear()
 
     async def main_loop(self) -> None:
         # uvicorn's on_tick refreshes the Date header when ``counter % 10 == 0``: count in tenths.
