@@ -30,8 +30,8 @@ from boxcar.ingest.server import server
 from boxcar.result_projector.projector import ResultProjector
 from boxcar.shared import telemetry
 from boxcar.shared.db import Database
-from boxcar.shared.procutil import exit_without_teardown, freeze_imports, limit_malloc_arenas
-from boxcar.shared.service import setup_logging
+from boxcar.shared.procutil import limit_malloc_arenas
+from boxcar.shared.service import run_main, setup_logging
 from boxcar.shared.settings import get_settings
 from boxcar.webhook_sender.sender import WebhookSender
 
@@ -96,9 +96,8 @@ def cli() -> None:
     parser.add_argument("--families", default="", help="comma-separated executor families to run")
     args = parser.parse_args()
     limit_malloc_arenas()
-    freeze_imports()  # the collector was off for the imports above
-    asyncio.run(main([f for f in args.families.split(",") if f]))
-    exit_without_teardown(0)  # every service has stopped: skip the interpreter's teardown (0.47 s)
+    # the collector was off for the imports above; every service has stopped when main returns
+    run_main(main([f for f in args.families.split(",") if f]))
 
 
 if __name__ == "__main__":

@@ -175,7 +175,9 @@ def provision_user(db: Database, username: str, operator_name: str = "system") -
         with db.read() as s:
             found = s.scalar(select(User.id).where(User.username == username))
         if not found:
-            raise AccountError(f"user {username!r} was not created: a user of that name in other letter case exists")
+            raise AccountError(
+                f"user {username!r} was not created: its name, or one differing in case only, was taken meanwhile"
+            )
         return found
     log.info("created user %r on their first single sign-on", username)
     return user_id
