@@ -74,13 +74,14 @@ $(STAMP): pyproject.toml constraints.txt scripts/find-python
 
 # Host programs the default plugins use (binary:Debian package); installed with apt-get when
 # missing and we are root. npm lets the binary-resolver fetch Node 24 for the browser hooks;
-# ffmpeg is yt-dlp's (merging, metadata, subtitles), git the git plugin's.
+# ffmpeg is yt-dlp's (merging, metadata, subtitles), git the git plugin's. apt-get waits up to
+# 10 minutes for another apt-get (an unattended upgrade, a second set-up) to let go of its lock.
 SYSTEM_PACKAGES := wget:wget chromium:chromium pdftoppm:poppler-utils npm:npm ffmpeg:ffmpeg git:git
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	 if [ -n "$$missing" ]; then \
 	   if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	     echo "installing$$missing with apt-get"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	     echo "installing$$missing with apt-get"; apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing; \
 	   else echo "error: missing$$missing; install with your package manager (e.g. sudo apt-get install$$missing)"; exit 1; fi; \
 	 fi
 
