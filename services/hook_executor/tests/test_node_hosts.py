@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -390,3 +391,130 @@ def test_code_of_a_run_that_has_exited_changes_no_files(tmp_path):
     assert proc.exit_code == 0
     assert (tmp_path / "a" / "redirects" / "marker.json").read_text() == "ok"
     assert not (tmp_path / "a" / "redirects" / "second.json").exists()
+
+
+#: Reads its plugin's config through abx-plugins' own base/utils.js, as the browser hooks do (via
+#: chrome_utils.js), and can change what it was handed.
+CONFIG_PROBE = """
+const fs = require("fs");
+const { loadConfig } = require("../base/utils.js");
+const config = loadConfig();
+const seen = {
+  value: config.PROBE_VALUE, list: config.PROBE_LIST, context: config.EXTRA_CONTEXT, snap: config.SNAP_DIR,
+};
+fs.writeFileSync("out.json", JSON.stringify(seen));
+if (process.argv.includes("--mutate")) config.PROBE_LIST.push("changed by the hook");
+process.exit(0);
+"""
+
+
+def context(n: int) -> str:
+    """An ``EXTRA_CONTEXT`` as the executor's (``hook_env``), for run ``n``."""
+    return json.dumps({"snapshot_id": f"01SNAPSHOT{n:04d}", "plugin": "probe", "hook_name": "on_Snapshot__54_probe"})
+
+
+def probe_schema(default: str, extra: dict | None = None) -> str:
+    properties = {
+        "PROBE_VALUE": {"type": "string", "default": default},
+        "PROBE_LIST": {"type": "array", "default": ["a"]},
+        **(extra or {}),
+    }
+    return json.dumps({"type": "object", "properties": properties})
+
+
+def test_a_host_hands_the_config_abx_plugins_computed_to_the_next_run_in_the_same_environment(tmp_path):
+    """base/utils.js's loadConfig is computed once per file and environment in a host, not once per
+    run: the next run in the same environment (its per-run keys aside) gets it as it was computed;
+    another environment, a hook whose --url loadConfig would refuse, or a schema naming a per-run
+    key computes it again; what a hook does to its copy stays its own."""
+    base = Path(abx_plugins.__file__).parent / "plugins" / "base"
+    (tmp_path / "plugins" / "base").mkdir(parents=True)
+    for name in ("utils.js", "config.json"):
+        shutil.copy(base / name, tmp_path / "plugins" / "base" / name)
+    hook = make_hook(tmp_path, "probe", CONFIG_PROBE)
+    schema = tmp_path / "plugins" / "probe" / "config.json"
+    schema.write_text(probe_schema("from the schema"))
+    hosts = NodeHosts(tmp_path / "hosts")
+    url = "--url=https://example.com/"
+
+    def rewrite_keeping_mtime(text: str) -> None:
+        # what loadConfig computed is only reachable while the schema looks unchanged to it
+        before = schema.stat()
+        schema.write_text(text)
+        os.utime(schema, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    async def scenario():
+        seen = []
+        for n, (env, args) in enumerate(
+            [
+                ({"EXTRA_CONTEXT": context(0)}, [url]),
+                ({"EXTRA_CONTEXT": context(1), "TRACEPARENT": "00-x"}, [url]),
+                ({"EXTRA_CONTEXT": context(2)}, [url, "--mutate"]),
+                ({"EXTRA_CONTEXT": context(3)}, [url]),
+                ({"EXTRA_CONTEXT": context(4), "OTHER": "x"}, [url]),
+                ({"EXTRA_CONTEXT": context(5)}, ["--url=ftp://example.com/"]),
+            ]
+        ):
+            if n == 1:
+                rewrite_keeping_mtime(probe_schema("rewritten"))
+            snap = tmp_path / f"s{n}"
+            env = {**env, "SNAP_DIR": str(snap), "TMP_DIR": str(tmp_path / f"t{n}")}  # per task, as task.py's
+            proc = await run(hosts, hook, snap, env, *args)
+            out = snap / "probe" / "out.json"
+            seen.append((proc.records, json.loads(out.read_text()) if out.exists() else None))
+        return seen
+
+    seen = asyncio.run(closing(hosts, scenario()))
+    assert hosts.started == 1
+    computed, again, mutated, after_mutation, other_env, refused = seen
+    first = {"value": "from the schema", "list": ["a"]}
+
+    def own(n: int) -> dict:  # what base/config.json reads from the per-run keys: the run's own
+        return {"context": context(n), "snap": str(tmp_path / f"s{n}")}
+
+    assert computed[1] == {**first, **own(0)}
+    # only the per-run keys differ: what the first run computed, though the schema now says otherwise
+    assert again[1] == {**first, **own(1)}
+    assert mutated[1] == {**first, **own(2)}
+    assert after_mutation[1] == {**first, **own(3)}  # the hook's change stayed its own
+    assert other_env[1] == {"value": "rewritten", "list": ["a"], **own(4)}  # another environment
+    # loadConfig's own check of an unsupported --url runs as when the hook runs alone
+    assert refused[1] is None and [r["status"] for r in refused[0]] == ["noresults"]
+
+
+@pytest.mark.parametrize(
+    "extra, contexts",
+    [
+        # a per-run key read otherwise than by its own string property: never remembered
+        ({"PROBE_TRACE": {"type": "string", "default": "", "x-fallback": "TRACEPARENT"}}, [context(0), context(1)]),
+        # a per-run value loadConfig would fill in ("{NAME}"): neither remembered nor handed over
+        ({}, ["{PROBE_VALUE}", context(1)]),
+        ({}, [context(0), "{PROBE_VALUE}"]),
+        # the control: everything else as in a run whose config the next run is handed
+        pytest.param({}, [context(0), context(1)], marks=pytest.mark.xfail(strict=True, reason="handed over")),
+    ],
+)
+def test_a_config_read_from_a_per_run_key_otherwise_is_computed_for_every_run(tmp_path, extra, contexts):
+    base = Path(abx_plugins.__file__).parent / "plugins" / "base"
+    (tmp_path / "plugins" / "base").mkdir(parents=True)
+    for name in ("utils.js", "config.json"):
+        shutil.copy(base / name, tmp_path / "plugins" / "base" / name)
+    hook = make_hook(tmp_path, "probe", CONFIG_PROBE)
+    schema = tmp_path / "plugins" / "probe" / "config.json"
+    schema.write_text(probe_schema("first", extra))
+    hosts = NodeHosts(tmp_path / "hosts")
+
+    async def scenario():
+        for n, (snap, ctx) in enumerate(zip(("a", "b"), contexts, strict=True)):
+            if n == 1:
+                before = schema.stat()
+                schema.write_text(probe_schema("second", extra))
+                os.utime(schema, ns=(before.st_atime_ns, before.st_mtime_ns))
+            dirs = {"SNAP_DIR": str(tmp_path / snap), "TMP_DIR": str(tmp_path / f"tmp-{snap}")}
+            env = {"TRACEPARENT": "00-a", "EXTRA_CONTEXT": ctx, **dirs}
+            await run(hosts, hook, tmp_path / snap, env, "--url=https://example.com/")
+
+    asyncio.run(closing(hosts, scenario()))
+    assert hosts.started == 1
+    assert json.loads((tmp_path / "a" / "probe" / "out.json").read_text())["value"] == "first"
+    assert json.loads((tmp_path / "b" / "probe" / "out.json").read_text())["value"] == "second"

@@ -7,6 +7,16 @@ import os
 import time
 from collections.abc import Hashable
 
+#: Environment variables a hook gets that differ from task to task or run to run: the snapshot's
+#: and the task's directories (``SNAP_DIR``, ``TMP_DIR``: ``task.py``; a browser's tasks share
+#: ``CRAWL_DIR``, its generation's directory, which other values contain), and what
+#: ``environment.HookEnvironment.hook_env`` sets for each run, its context (``EXTRA_CONTEXT``:
+#: snapshot, hook) and its trace parent (the W3C carrier's keys, upper-cased). A Node host leaves
+#: them out of the environment under which it remembers abx-plugins' computed config
+#: (``node_host.js``), so that the runs of one crawl share it: abx-plugins' base schema reads each
+#: as a string property of its own name only, which the host sets to the run's own value.
+PER_RUN_ENV = ("SNAP_DIR", "TMP_DIR", "EXTRA_CONTEXT", "TRACEPARENT", "TRACESTATE", "BAGGAGE")
+
 #: Seconds after a warm interpreter or Node host failed to start before it is tried again (the
 #: hooks meanwhile start cold, as they would with ``WARM_HOOKS=false``).
 RETRY_AFTER = 60.0

@@ -346,6 +346,121 @@ function signal(request) {
   realExit(0);
 }
 
+// abx-plugins' config, remembered from run to run. base/utils.js's loadConfig works a plugin's
+// config out of its schema (config.json) and the environment, and keeps it in a module-level Map
+// (configCache) for the life of the process. As every module outside node_modules is loaded afresh
+// for each run, every run worked it out again: chrome_utils.js's load alone spends ~20 ms of CPU
+// on it (arrays in the schema keep loadConfig's fixed-point loop going once per property), and
+// nearly every browser hook loads chrome_utils.js. So the host remembers what loadConfig computed,
+// under the config file and the environment it read, and hands a copy to the next run's fresh Map
+// on that run's first lookup of that file in the same environment: the value loadConfig would
+// compute again, and its own check of the two schema files' mtimes still applies.
+//   - The keys the executor sets differently for every run (PER_RUN_ENV) are left out of that
+//     environment. A schema may read one only as a string property of the same name that nothing
+//     else reads, whose value is taken as it is (not empty, no surrounding blanks, no "{NAME}"
+//     for loadConfig to fill in) and appears nowhere else in the config (base/config.json's
+//     EXTRA_CONTEXT): the copy gets the run's own value there. Any other use of one, or a value
+//     that is not opaque so, and the config is computed for every run, as before.
+//   - The one thing loadConfig does only when it computes, maybeSkipUnsupportedSnapshotUrl, acts
+//     only for a snapshot hook whose --url is not http(s) or file: such a run is handed nothing.
+// To reach the Map, the host appends one statement to base/utils.js's source as it compiles it;
+// hooks that run as programs have no host and see the file unchanged.
+const CONFIG_MODULE = path.join("plugins", "base", "utils.js");
+const CONFIG_CACHE = "const configCache = new Map();";
+const CONFIG_MEMO_MAX = 256;
+const TEMPLATE = /\{[A-Za-z_][A-Za-z0-9_]*\}/; // what loadConfig's hydrateConfigValue fills in
+const configMemo = new Map(); // `${file}\0${environment}` -> {entry: a structured clone, perRun: [keys]}
+const realCompile = Module.prototype._compile;
+Module.prototype._compile = function (content, filename, ...rest) {
+  if (typeof content === "string" && filename.endsWith(path.sep + CONFIG_MODULE) && content.includes(CONFIG_CACHE)) {
+    content = `${content}\n;globalThis[Symbol.for("boxcar.node_host.adoptConfigCache")](configCache, typeof argvUrl === "function" ? argvUrl : null);\n`;
+  }
+  return realCompile.call(this, content, filename, ...rest);
+};
+
+function configKey(run, file) {
+  const names = Object.keys(process.env).filter((name) => !run.perRunEnv.has(name)).sort();
+  return `${file}\0${JSON.stringify(names.map((name) => [name, process.env[name]]))}`;
+}
+
+function opaque(value) {
+  return typeof value === "string" && value !== "" && value === value.trim() && !TEMPLATE.test(value);
+}
+
+// the per-run keys a schema reads, each by a string property of its own name alone; null if any
+// is read otherwise (an alias, a fallback, another type)
+function perRunReads(run, properties) {
+  const reads = [];
+  for (const [name, prop] of Object.entries(properties || {})) {
+    const aliases = prop && Array.isArray(prop["x-aliases"]) ? prop["x-aliases"] : [];
+    const fallback = prop && prop["x-fallback"] ? [prop["x-fallback"]] : [];
+    for (const key of [name, ...aliases, ...fallback]) {
+      if (!run.perRunEnv.has(key)) continue;
+      if (key !== name || prop.type !== "string" || aliases.includes(key) || fallback.includes(key)) return null;
+      reads.push(key);
+    }
+  }
+  return reads;
+}
+
+function containsElsewhere(config, except, text) {
+  const found = (value) =>
+    typeof value === "string"
+      ? value.includes(text)
+      : value !== null && typeof value === "object" && Object.values(value).some(found);
+  return Object.entries(config).some(([name, value]) => name !== except && found(value));
+}
+
+function remember(run, file, entry) {
+  if (!entry || typeof entry !== "object" || !entry.config || typeof entry.config !== "object") return;
+  const perRun = perRunReads(run, entry.properties);
+  if (perRun === null) return;
+  for (const key of perRun) {
+    const value = process.env[key];
+    if (!opaque(value) || entry.config[key] !== value || containsElsewhere(entry.config, key, value)) return;
+  }
+  let copy;
+  try {
+    copy = structuredClone(entry);
+  } catch (error) {
+    return; // not cloneable: computed again next time
+  }
+  for (const key of perRun) copy.config[key] = "";
+  const memoKey = configKey(run, file);
+  configMemo.delete(memoKey);
+  configMemo.set(memoKey, { entry: copy, perRun });
+  if (configMemo.size > CONFIG_MEMO_MAX) configMemo.delete(configMemo.keys().next().value);
+}
+
+function recall(run, file) {
+  const kept = configMemo.get(configKey(run, file));
+  if (kept === undefined || !kept.perRun.every((key) => opaque(process.env[key]))) return undefined;
+  const entry = structuredClone(kept.entry);
+  for (const key of kept.perRun) entry.config[key] = process.env[key];
+  return entry;
+}
+
+globalThis[Symbol.for("boxcar.node_host.adoptConfigCache")] = function (cache, argvUrl) {
+  const run = runs.getStore();
+  if (!run || run !== current || run.done || !(cache instanceof Map)) return;
+  const live = () => run === current && !run.done;
+  cache.set = function (file, entry) {
+    if (live()) remember(run, file, entry);
+    return Map.prototype.set.call(this, file, entry);
+  };
+  // maybeSkipUnsupportedSnapshotUrl's condition, with the plugin's own reading of --url
+  const script = path.basename(process.argv[1] || "");
+  const url = typeof argvUrl === "function" ? argvUrl() : null;
+  if (url === null || (script.startsWith("on_Snapshot__") && url && !/^(https?|file):\/\//.test(url))) return;
+  cache.get = function (file) {
+    const found = Map.prototype.get.call(this, file);
+    if (found !== undefined || !live()) return found;
+    const entry = recall(run, file);
+    if (entry !== undefined) Map.prototype.set.call(this, file, entry);
+    return entry;
+  };
+};
+
 function freshModules() {
   for (const file of Object.keys(require.cache)) {
     if (!file.split(path.sep).includes("node_modules")) delete require.cache[file];
@@ -365,6 +480,7 @@ function start(request) {
     timers: new Set(),
     sockets: new Set(),
     exclusive: [],
+    perRunEnv: new Set(Array.isArray(request.per_run_env) ? request.per_run_env : []),
     id: ++sequence,
   };
   current = run;

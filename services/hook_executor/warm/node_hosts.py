@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from boxcar.hook_executor.warm.common import RETRY_AFTER, StartFailures, pipe_reader
+from boxcar.hook_executor.warm.common import PER_RUN_ENV, RETRY_AFTER, StartFailures, pipe_reader
 from boxcar.shared.ids import new_id
 from boxcar.shared.plugins import Hook
 from boxcar.shared.procutil import detached
@@ -191,6 +191,7 @@ class NodeHosts:
                 "argv": list(argv),
                 "cwd": str(cwd),
                 "env": dict(env),
+                "per_run_env": list(PER_RUN_ENV),
                 "stdout": str(paths[0]),
                 "stderr": str(paths[1]),
             }
