@@ -422,26 +422,35 @@ def probe_schema(default: str, extra: dict | None = None) -> str:
     return json.dumps({"type": "object", "properties": properties})
 
 
-def test_a_host_hands_the_config_abx_plugins_computed_to_the_next_run_in_the_same_environment(tmp_path):
-    """base/utils.js's loadConfig is computed once per file and environment in a host, not once per
-    run: the next run in the same environment (its per-run keys aside) gets it as it was computed;
-    another environment, a hook whose --url loadConfig would refuse, or a schema naming a per-run
-    key computes it again; what a hook does to its copy stays its own."""
+def make_config_probe(tmp_path: Path, default: str, extra: dict | None = None):
+    """The probe hook beside a copy of abx-plugins' base/utils.js and base/config.json, with its
+    own schema (``probe_schema``); returns the hook and its schema's path."""
     base = Path(abx_plugins.__file__).parent / "plugins" / "base"
     (tmp_path / "plugins" / "base").mkdir(parents=True)
     for name in ("utils.js", "config.json"):
         shutil.copy(base / name, tmp_path / "plugins" / "base" / name)
     hook = make_hook(tmp_path, "probe", CONFIG_PROBE)
     schema = tmp_path / "plugins" / "probe" / "config.json"
-    schema.write_text(probe_schema("from the schema"))
+    schema.write_text(probe_schema(default, extra))
+    return hook, schema
+
+
+def rewrite_keeping_mtime(schema: Path, text: str) -> None:
+    """Change ``schema`` without loadConfig noticing (its cache checks the mtime): what a run
+    computed before is only reachable while the schema looks unchanged to it."""
+    before = schema.stat()
+    schema.write_text(text)
+    os.utime(schema, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_host_hands_the_config_abx_plugins_computed_to_the_next_run_in_the_same_environment(tmp_path):
+    """base/utils.js's loadConfig is computed once per file and environment in a host, not once per
+    run: the next run in the same environment (its per-run keys aside, which get the run's own
+    values) gets it as it was computed; another environment, or a hook whose --url loadConfig would
+    refuse, computes it again; what a hook does to its copy stays its own."""
+    hook, schema = make_config_probe(tmp_path, "from the schema")
     hosts = NodeHosts(tmp_path / "hosts")
     url = "--url=https://example.com/"
-
-    def rewrite_keeping_mtime(text: str) -> None:
-        # what loadConfig computed is only reachable while the schema looks unchanged to it
-        before = schema.stat()
-        schema.write_text(text)
-        os.utime(schema, ns=(before.st_atime_ns, before.st_mtime_ns))
 
     async def scenario():
         seen = []
@@ -456,7 +465,7 @@ def test_a_host_hands_the_config_abx_plugins_computed_to_the_next_run_in_the_sam
             ]
         ):
             if n == 1:
-                rewrite_keeping_mtime(probe_schema("rewritten"))
+                rewrite_keeping_mtime(schema, probe_schema("rewritten"))
             snap = tmp_path / f"s{n}"
             env = {**env, "SNAP_DIR": str(snap), "TMP_DIR": str(tmp_path / f"t{n}")}  # per task, as task.py's
             proc = await run(hosts, hook, snap, env, *args)
@@ -495,21 +504,13 @@ def test_a_host_hands_the_config_abx_plugins_computed_to_the_next_run_in_the_sam
     ],
 )
 def test_a_config_read_from_a_per_run_key_otherwise_is_computed_for_every_run(tmp_path, extra, contexts):
-    base = Path(abx_plugins.__file__).parent / "plugins" / "base"
-    (tmp_path / "plugins" / "base").mkdir(parents=True)
-    for name in ("utils.js", "config.json"):
-        shutil.copy(base / name, tmp_path / "plugins" / "base" / name)
-    hook = make_hook(tmp_path, "probe", CONFIG_PROBE)
-    schema = tmp_path / "plugins" / "probe" / "config.json"
-    schema.write_text(probe_schema("first", extra))
+    hook, schema = make_config_probe(tmp_path, "first", extra)
     hosts = NodeHosts(tmp_path / "hosts")
 
     async def scenario():
         for n, (snap, ctx) in enumerate(zip(("a", "b"), contexts, strict=True)):
             if n == 1:
-                before = schema.stat()
-                schema.write_text(probe_schema("second", extra))
-                os.utime(schema, ns=(before.st_atime_ns, before.st_mtime_ns))
+                rewrite_keeping_mtime(schema, probe_schema("second", extra))
             dirs = {"SNAP_DIR": str(tmp_path / snap), "TMP_DIR": str(tmp_path / f"tmp-{snap}")}
             env = {"TRACEPARENT": "00-a", "EXTRA_CONTEXT": ctx, **dirs}
             await run(hosts, hook, tmp_path / snap, env, "--url=https://example.com/")

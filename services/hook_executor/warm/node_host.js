@@ -367,7 +367,7 @@ function signal(request) {
 // hooks that run as programs have no host and see the file unchanged.
 const CONFIG_MODULE = path.join("plugins", "base", "utils.js");
 const CONFIG_CACHE = "const configCache = new Map();";
-const CONFIG_MEMO_MAX = 64; // a crawl needs about one per plugin and environment (~20); an entry is ~50 KB
+const CONFIG_MEMO_MAX = 64; // a crawl needs about one per plugin and environment (~20)
 const TEMPLATE = /\{[A-Za-z_][A-Za-z0-9_]*\}/; // what loadConfig's hydrateConfigValue fills in
 const configMemo = new Map(); // `${file}\0${environment}` -> {entry: a structured clone, perRun: [keys]}
 const realCompile = Module.prototype._compile;
