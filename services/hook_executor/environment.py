@@ -235,7 +235,8 @@ class HookEnvironment:
         env.update(media.hook_env(hook, self.resolved, env))
         if self._wgetrc is not None and self.credentials_by(hook) is Credentials.WGETRC:
             env["WGETRC"] = str(self._wgetrc)
-        # keys set here per run, or per task above, are in warm.common.PER_RUN_ENV (a Node host's config memo)
+        # the keys that differ per run here or per task are listed in warm.common.PER_RUN_ENV (a
+        # Node host's config memo leaves them out of its key; one missing there only costs reuse)
         env["EXTRA_CONTEXT"] = json.dumps({**context, "plugin": hook.plugin, "hook_name": hook.name})
         # W3C context for hooks, as the OpenTelemetry environment-carrier convention spells it.
         env.update({k.upper(): v for k, v in telemetry.current_carrier().items()})

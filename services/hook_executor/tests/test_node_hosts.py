@@ -399,9 +399,8 @@ CONFIG_PROBE = """
 const fs = require("fs");
 const { loadConfig } = require("../base/utils.js");
 const config = loadConfig();
-const seen = {
-  value: config.PROBE_VALUE, list: config.PROBE_LIST, context: config.EXTRA_CONTEXT, snap: config.SNAP_DIR,
-};
+const seen = { value: config.PROBE_VALUE, list: config.PROBE_LIST };
+for (const key of ["EXTRA_CONTEXT", "SNAP_DIR", "TMP_DIR"]) seen[key] = config[key];
 fs.writeFileSync("out.json", JSON.stringify(seen));
 if (process.argv.includes("--mutate")) config.PROBE_LIST.push("changed by the hook");
 process.exit(0);
@@ -411,6 +410,11 @@ process.exit(0);
 def context(n: int) -> str:
     """An ``EXTRA_CONTEXT`` as the executor's (``hook_env``), for run ``n``."""
     return json.dumps({"snapshot_id": f"01SNAPSHOT{n:04d}", "plugin": "probe", "hook_name": "on_Snapshot__54_probe"})
+
+
+def per_run(tmp_path: Path, n: int) -> dict[str, str]:
+    """Run ``n``'s per-run keys as the executor sets them (``task.py``, ``hook_env``)."""
+    return {"EXTRA_CONTEXT": context(n), "SNAP_DIR": str(tmp_path / f"s{n}"), "TMP_DIR": str(tmp_path / f"tmp{n}")}
 
 
 def probe_schema(default: str, extra: dict | None = None) -> str:
@@ -435,19 +439,12 @@ def make_config_probe(tmp_path: Path, default: str, extra: dict | None = None):
     return hook, schema
 
 
-def rewrite_keeping_mtime(schema: Path, text: str) -> None:
-    """Change ``schema`` without loadConfig noticing (its cache checks the mtime): what a run
-    computed before is only reachable while the schema looks unchanged to it."""
-    before = schema.stat()
-    schema.write_text(text)
-    os.utime(schema, ns=(before.st_atime_ns, before.st_mtime_ns))
-
-
 def test_a_host_hands_the_config_abx_plugins_computed_to_the_next_run_in_the_same_environment(tmp_path):
     """base/utils.js's loadConfig is computed once per file and environment in a host, not once per
-    run: the next run in the same environment (its per-run keys aside, which get the run's own
-    values) gets it as it was computed; another environment, or a hook whose --url loadConfig would
-    refuse, computes it again; what a hook does to its copy stays its own."""
+    run: the next run in the same environment but for its per-run keys is handed it, with those
+    keys' settings its own; another environment, a schema changed even with its mtime kept, or a
+    hook whose --url loadConfig would refuse computes it again; what a hook does to its copy stays
+    its own."""
     hook, schema = make_config_probe(tmp_path, "from the schema")
     hosts = NodeHosts(tmp_path / "hosts")
     url = "--url=https://example.com/"
@@ -456,66 +453,70 @@ def test_a_host_hands_the_config_abx_plugins_computed_to_the_next_run_in_the_sam
         seen = []
         for n, (env, args) in enumerate(
             [
-                ({"EXTRA_CONTEXT": context(0)}, [url]),
-                ({"EXTRA_CONTEXT": context(1), "TRACEPARENT": "00-x"}, [url]),
-                ({"EXTRA_CONTEXT": context(2)}, [url, "--mutate"]),
-                ({"EXTRA_CONTEXT": context(3)}, [url]),
-                ({"EXTRA_CONTEXT": context(4), "OTHER": "x"}, [url]),
-                ({"EXTRA_CONTEXT": context(5)}, ["--url=ftp://example.com/"]),
+                ({}, [url]),
+                ({"TRACEPARENT": "00-x"}, [url]),
+                ({}, [url, "--mutate"]),
+                ({}, [url]),
+                ({"OTHER": "x"}, [url]),
+                ({}, [url]),  # after the schema was rewritten, its mtime kept
+                ({}, ["--url=ftp://example.com/"]),
             ]
         ):
-            if n == 1:
-                rewrite_keeping_mtime(schema, probe_schema("rewritten"))
+            if n == 5:
+                before = schema.stat()
+                schema.write_text(probe_schema("rewritten"))
+                os.utime(schema, ns=(before.st_atime_ns, before.st_mtime_ns))
+            handed = hosts.configs_handed
             snap = tmp_path / f"s{n}"
-            env = {**env, "SNAP_DIR": str(snap), "TMP_DIR": str(tmp_path / f"t{n}")}  # per task, as task.py's
-            proc = await run(hosts, hook, snap, env, *args)
+            proc = await run(hosts, hook, snap, {**env, **per_run(tmp_path, n)}, *args)
             out = snap / "probe" / "out.json"
-            seen.append((proc.records, json.loads(out.read_text()) if out.exists() else None))
+            seen.append(
+                (hosts.configs_handed - handed, proc.records, json.loads(out.read_text()) if out.exists() else None)
+            )
         return seen
 
     seen = asyncio.run(closing(hosts, scenario()))
     assert hosts.started == 1
-    computed, again, mutated, after_mutation, other_env, refused = seen
-    first = {"value": "from the schema", "list": ["a"]}
-
-    def own(n: int) -> dict:  # what base/config.json reads from the per-run keys: the run's own
-        return {"context": context(n), "snap": str(tmp_path / f"s{n}")}
-
-    assert computed[1] == {**first, **own(0)}
-    # only the per-run keys differ: what the first run computed, though the schema now says otherwise
-    assert again[1] == {**first, **own(1)}
-    assert mutated[1] == {**first, **own(2)}
-    assert after_mutation[1] == {**first, **own(3)}  # the hook's change stayed its own
-    assert other_env[1] == {"value": "rewritten", "list": ["a"], **own(4)}  # another environment
+    assert [handed for handed, _, _ in seen] == [0, 1, 1, 1, 0, 0, 0]
+    for n, (_, _, out) in enumerate(seen[:6]):
+        assert out == {"value": "rewritten" if n == 5 else "from the schema", "list": ["a"], **per_run(tmp_path, n)}
     # loadConfig's own check of an unsupported --url runs as when the hook runs alone
-    assert refused[1] is None and [r["status"] for r in refused[0]] == ["noresults"]
+    _, records, out = seen[6]
+    assert out is None and [r["status"] for r in records] == ["noresults"]
 
 
 @pytest.mark.parametrize(
-    "extra, contexts",
+    "extra, contexts, handed",
     [
-        # a per-run key read otherwise than by its own string property: never remembered
-        ({"PROBE_TRACE": {"type": "string", "default": "", "x-fallback": "TRACEPARENT"}}, [context(0), context(1)]),
-        # a per-run value loadConfig would fill in ("{NAME}"): neither remembered nor handed over
-        ({}, ["{PROBE_VALUE}", context(1)]),
-        ({}, [context(0), "{PROBE_VALUE}"]),
-        # the control: everything else as in a run whose config the next run is handed
-        pytest.param({}, [context(0), context(1)], marks=pytest.mark.xfail(strict=True, reason="handed over")),
+        # per-run keys read otherwise than each by its own string property alone
+        ({"PROBE_TRACE": {"type": "string", "default": "", "x-fallback": "TRACEPARENT"}}, [None, None], 0),
+        ({"PROBE_TMP": {"type": "string", "default": "", "x-aliases": ["TMP_DIR"]}}, [None, None], 0),
+        ({"SNAP_DIR": {"type": ["string", "null"], "default": None}}, [None, None], 0),
+        # a per-run value another setting takes in
+        ({"PROBE_DIR": {"type": "string", "default": "{SNAP_DIR}/probe"}}, [None, None], 0),
+        # a per-run value loadConfig would fill in ("{NAME}"), in the first run or the second
+        ({}, ["{PROBE_VALUE}", None], 0),
+        ({}, [None, "{PROBE_VALUE}"], 0),
+        # blank around it
+        ({}, [None, " padded "], 0),
+        # the control: all else the same, handed over
+        ({}, [None, None], 1),
     ],
 )
-def test_a_config_read_from_a_per_run_key_otherwise_is_computed_for_every_run(tmp_path, extra, contexts):
-    hook, schema = make_config_probe(tmp_path, "first", extra)
+def test_a_config_read_from_a_per_run_key_otherwise_is_computed_for_every_run(tmp_path, extra, contexts, handed):
+    hook, _ = make_config_probe(tmp_path, "first", extra)
     hosts = NodeHosts(tmp_path / "hosts")
 
     async def scenario():
-        for n, (snap, ctx) in enumerate(zip(("a", "b"), contexts, strict=True)):
-            if n == 1:
-                rewrite_keeping_mtime(schema, probe_schema("second", extra))
-            dirs = {"SNAP_DIR": str(tmp_path / snap), "TMP_DIR": str(tmp_path / f"tmp-{snap}")}
-            env = {"TRACEPARENT": "00-a", "EXTRA_CONTEXT": ctx, **dirs}
-            await run(hosts, hook, tmp_path / snap, env, "--url=https://example.com/")
+        for n, ctx in enumerate(contexts):
+            env = {"TRACEPARENT": "00-a", **per_run(tmp_path, n)}
+            if ctx is not None:
+                env["EXTRA_CONTEXT"] = ctx
+            await run(hosts, hook, tmp_path / f"s{n}", env, "--url=https://example.com/")
 
     asyncio.run(closing(hosts, scenario()))
     assert hosts.started == 1
-    assert json.loads((tmp_path / "a" / "probe" / "out.json").read_text())["value"] == "first"
-    assert json.loads((tmp_path / "b" / "probe" / "out.json").read_text())["value"] == "second"
+    assert hosts.configs_handed == handed
+    for n in range(2):
+        out = json.loads((tmp_path / f"s{n}" / "probe" / "out.json").read_text())
+        assert out["SNAP_DIR"] == str(tmp_path / f"s{n}") and out["TMP_DIR"] == str(tmp_path / f"tmp{n}")

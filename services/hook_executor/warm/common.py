@@ -13,8 +13,10 @@ from collections.abc import Hashable
 #: ``environment.HookEnvironment.hook_env`` sets for each run, its context (``EXTRA_CONTEXT``:
 #: snapshot, hook) and its trace parent (the W3C carrier's keys, upper-cased). A Node host leaves
 #: them out of the environment under which it remembers abx-plugins' computed config
-#: (``node_host.js``), so that the runs of one crawl share it: abx-plugins' base schema reads each
-#: as a string property of its own name only, which the host sets to the run's own value.
+#: (``node_host.js``), so that the runs of one crawl share it. abx-plugins' base schema reads the
+#: first three as string properties of their own names, which the host sets to the run's own
+#: values (and checks that no other setting uses them); it reads none of the rest. A per-run key
+#: missing here only costs reuse; never list one that ``loadConfig`` reads otherwise (``HOME``).
 PER_RUN_ENV = ("SNAP_DIR", "TMP_DIR", "EXTRA_CONTEXT", "TRACEPARENT", "TRACESTATE", "BAGGAGE")
 
 #: Seconds after a warm interpreter or Node host failed to start before it is tried again (the

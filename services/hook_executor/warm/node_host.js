@@ -9,7 +9,9 @@
 // would as a program of its own:
 //   - process.argv, process.env (replaced whole), the cwd, require.main and process.exitCode
 //     are the hook's; every module outside a node_modules directory (the hook, base/utils.js,
-//     chrome_utils.js: they keep state such as a config cache) is loaded afresh for each hook;
+//     chrome_utils.js: they keep state such as a config cache) is loaded afresh for each hook
+//     (base/utils.js's config cache is then handed what an earlier run computed in the same
+//     environment: "abx-plugins' config, remembered from run to run" below);
 //   - what it writes to fd 1 and 2 (console, process.stdout/stderr, fs.writeSync(1, …) as
 //     abx-plugins' emitArchiveResultRecord does) goes to that run's two FIFOs, and only while
 //     the run lasts: a callback of an earlier hook that fires later writes nowhere
@@ -24,9 +26,10 @@
 // next hook gets a fresh host.
 //
 // Protocol: one JSON object per line on stdin ({"argv": [node, script, ...args], "cwd",
-// "env", "stdout": FIFO path, "stderr": FIFO path}); on the control fd one JSON line per event:
-// {"ready": pid} once preloaded, {"started": n} when a run has begun, then
-// {"exit": code, "retire": bool} (with "signal": number when a signal ended it). A line
+// "env", "per_run_env": [names], "stdout": FIFO path, "stderr": FIFO path}); on the control fd one
+// JSON line per event: {"ready": pid} once preloaded, {"started": n} when a run has begun, then
+// {"exit": code, "retire": bool, "left": [...], "handed": configs handed over} (with "signal":
+// number when a signal ended it). A line
 // {"signal": "SIGTERM", "run": n} on stdin signals run n (nothing if it has ended). EOF on stdin
 // ends the host.
 "use strict";
@@ -318,7 +321,7 @@ function finish(run, code) {
     if (locks.length > 0) left.push(`created ${locks.join(", ")}`);
     const retire = retiring || run.leftovers || left.length > 0;
     current = null;
-    control({ exit: exitCode, retire, left });
+    control({ exit: exitCode, retire, left, handed: run.handed });
     if (retire) realExit(0);
   }, 0);
 }
@@ -342,7 +345,7 @@ function signal(request) {
   // no handler: the default action, death (no 'exit' listeners run); the host ends with it
   run.done = true;
   process.removeAllListeners("exit");
-  control({ exit: 128 + number, signal: number, retire: true, left: [] });
+  control({ exit: 128 + number, signal: number, retire: true, left: [], handed: run.handed });
   realExit(0);
 }
 
@@ -350,37 +353,57 @@ function signal(request) {
 // config out of its schema (config.json) and the environment, and keeps it in a module-level Map
 // (configCache) for the life of the process. As every module outside node_modules is loaded afresh
 // for each run, every run worked it out again: chrome_utils.js's load alone spends ~20 ms of CPU
-// on it (arrays in the schema keep loadConfig's fixed-point loop going once per property), and
-// nearly every browser hook loads chrome_utils.js. So the host remembers what loadConfig computed,
-// under the config file and the environment it read, and hands a copy to the next run's fresh Map
-// on that run's first lookup of that file in the same environment: the value loadConfig would
-// compute again, and its own check of the two schema files' mtimes still applies.
-//   - The keys the executor sets differently for every run (PER_RUN_ENV) are left out of that
-//     environment. A schema may read one only as a string property of the same name that nothing
-//     else reads, whose value is taken as it is (not empty, no surrounding blanks, no "{NAME}"
-//     for loadConfig to fill in) and appears nowhere else in the config (base/config.json's
-//     EXTRA_CONTEXT): the copy gets the run's own value there. Any other use of one, or a value
-//     that is not opaque so, and the config is computed for every run, as before.
+// on it (array and object properties get a new value on each pass of loadConfig's fixed-point
+// loop, so it makes one pass per property), and nearly every browser hook loads chrome_utils.js.
+// So the host remembers what loadConfig computed, under the utils.js and config file it came from,
+// the two schema files as they were (inode, size, mtime, ctime), and the whole environment but the
+// keys the executor sets differently for each task or run (PER_RUN_ENV); it hands a copy to the next
+// run's fresh Map on that run's first lookup of that file: the value loadConfig would compute again.
+//   - Of the per-run keys, a schema may read one only as a string property of the same name that
+//     nothing else reads, whose value is taken as it is (not empty, no surrounding blanks, no
+//     "{NAME}" for loadConfig to fill in) and appears in no other setting (base/config.json's
+//     SNAP_DIR, TMP_DIR, EXTRA_CONTEXT): the copy gets the run's own value there. Any other use of
+//     one, or a value not opaque so, and the config is computed for every run, as before. (A key
+//     missing from PER_RUN_ENV only costs reuse; one loadConfig reads otherwise is caught here.)
 //   - The one thing loadConfig does only when it computes, maybeSkipUnsupportedSnapshotUrl, acts
 //     only for a snapshot hook whose --url is not http(s) or file: such a run is handed nothing.
-// To reach the Map, the host appends one statement to base/utils.js's source as it compiles it;
-// hooks that run as programs have no host and see the file unchanged.
+// To reach the Map, the host appends one statement to base/utils.js's source as it compiles it (it
+// does nothing if the file no longer has that Map); hooks that run as programs have no host and see
+// the file unchanged. Each run's exit message says how many configs it was handed ("handed").
 const CONFIG_MODULE = path.join("plugins", "base", "utils.js");
 const CONFIG_CACHE = "const configCache = new Map();";
 const CONFIG_MEMO_MAX = 64; // a crawl needs about one per plugin and environment (~20)
 const TEMPLATE = /\{[A-Za-z_][A-Za-z0-9_]*\}/; // what loadConfig's hydrateConfigValue fills in
-const configMemo = new Map(); // `${file}\0${environment}` -> {entry: a structured clone, perRun: [keys]}
+const configMemo = new Map(); // configKey -> {entry: a structured clone, perRun: [keys], files}
+const ADOPT = "boxcar.node_host.adoptConfigCache";
 const realCompile = Module.prototype._compile;
 Module.prototype._compile = function (content, filename, ...rest) {
   if (typeof content === "string" && filename.endsWith(path.sep + CONFIG_MODULE) && content.includes(CONFIG_CACHE)) {
-    content = `${content}\n;globalThis[Symbol.for("boxcar.node_host.adoptConfigCache")](configCache, typeof argvUrl === "function" ? argvUrl : null);\n`;
+    content =
+      `${content}\n;if (typeof configCache !== "undefined" && typeof argvUrl === "function") ` +
+      `globalThis[Symbol.for(${JSON.stringify(ADOPT)})](configCache, argvUrl, __filename);\n`;
   }
   return realCompile.call(this, content, filename, ...rest);
 };
 
-function configKey(run, file) {
+function configKey(run, module, file) {
   const names = Object.keys(process.env).filter((name) => !run.perRunEnv.has(name)).sort();
-  return `${file}\0${JSON.stringify(names.map((name) => [name, process.env[name]]))}`;
+  return `${module}\0${file}\0${JSON.stringify(names.map((name) => [name, process.env[name]]))}`;
+}
+
+// the schema files as loadConfig reads them (its own cache checks only their mtimes, which a
+// process never outlives by much; a host may)
+function schemaFiles(module, file) {
+  const out = [];
+  for (const where of new Set([path.join(path.dirname(module), "config.json"), file])) {
+    try {
+      const stat = fs.statSync(where);
+      out.push([where, stat.ino, stat.size, stat.mtimeMs, stat.ctimeMs]);
+    } catch (error) {
+      return null;
+    }
+  }
+  return JSON.stringify(out);
 }
 
 function opaque(value) {
@@ -411,7 +434,7 @@ function containsElsewhere(config, except, text) {
   return Object.entries(config).some(([name, value]) => name !== except && found(value));
 }
 
-function remember(run, file, entry) {
+function remember(run, module, file, entry) {
   if (!entry || typeof entry !== "object" || !entry.config || typeof entry.config !== "object") return;
   const perRun = perRunReads(run, entry.properties);
   if (perRun === null) return;
@@ -419,6 +442,8 @@ function remember(run, file, entry) {
     const value = process.env[key];
     if (!opaque(value) || entry.config[key] !== value || containsElsewhere(entry.config, key, value)) return;
   }
+  const files = schemaFiles(module, file);
+  if (files === null) return;
   let copy;
   try {
     copy = structuredClone(entry);
@@ -426,36 +451,48 @@ function remember(run, file, entry) {
     return; // not cloneable: computed again next time
   }
   for (const key of perRun) copy.config[key] = "";
-  const memoKey = configKey(run, file);
+  const memoKey = configKey(run, module, file);
   configMemo.delete(memoKey);
-  configMemo.set(memoKey, { entry: copy, perRun });
+  configMemo.set(memoKey, { entry: copy, perRun, files });
   if (configMemo.size > CONFIG_MEMO_MAX) configMemo.delete(configMemo.keys().next().value);
 }
 
-function recall(run, file) {
-  const kept = configMemo.get(configKey(run, file));
-  if (kept === undefined || !kept.perRun.every((key) => opaque(process.env[key]))) return undefined;
+function recall(run, module, file) {
+  const memoKey = configKey(run, module, file);
+  const kept = configMemo.get(memoKey);
+  if (kept === undefined) return undefined;
+  if (kept.files !== schemaFiles(module, file)) {
+    configMemo.delete(memoKey);
+    return undefined;
+  }
+  if (!kept.perRun.every((key) => opaque(process.env[key]))) return undefined;
+  configMemo.delete(memoKey); // most recently used last: the first to go is the least used
+  configMemo.set(memoKey, kept);
   const entry = structuredClone(kept.entry);
   for (const key of kept.perRun) entry.config[key] = process.env[key];
+  run.handed += 1;
   return entry;
 }
 
-globalThis[Symbol.for("boxcar.node_host.adoptConfigCache")] = function (cache, argvUrl) {
+// maybeSkipUnsupportedSnapshotUrl's condition, as the plugin reads the script and --url
+function refusedUrl(argvUrl) {
+  const script = path.basename(process.argv[1] || process.argv[0] || "");
+  const url = argvUrl();
+  return script.startsWith("on_Snapshot__") && url !== "" && !/^(https?|file):\/\//.test(url);
+}
+
+globalThis[Symbol.for(ADOPT)] = function (cache, argvUrl, module) {
   const run = runs.getStore();
   if (!run || run !== current || run.done || !(cache instanceof Map)) return;
   const live = () => run === current && !run.done;
   cache.set = function (file, entry) {
-    if (live()) remember(run, file, entry);
+    if (live()) remember(run, module, file, entry);
     return Map.prototype.set.call(this, file, entry);
   };
-  // maybeSkipUnsupportedSnapshotUrl's condition, with the plugin's own reading of --url
-  const script = path.basename(process.argv[1] || "");
-  const url = typeof argvUrl === "function" ? argvUrl() : null;
-  if (url === null || (script.startsWith("on_Snapshot__") && url && !/^(https?|file):\/\//.test(url))) return;
   cache.get = function (file) {
     const found = Map.prototype.get.call(this, file);
-    if (found !== undefined || !live()) return found;
-    const entry = recall(run, file);
+    if (found !== undefined || !live() || refusedUrl(argvUrl)) return found;
+    const entry = recall(run, module, file);
     if (entry !== undefined) Map.prototype.set.call(this, file, entry);
     return entry;
   };
@@ -481,6 +518,7 @@ function start(request) {
     sockets: new Set(),
     exclusive: [],
     perRunEnv: new Set(Array.isArray(request.per_run_env) ? request.per_run_env : []),
+    handed: 0,
     id: ++sequence,
   };
   current = run;

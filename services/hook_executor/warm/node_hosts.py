@@ -163,6 +163,7 @@ class NodeHosts:
         self._failed = StartFailures(retry_after)
         self._all: list[_Host] = []
         self.started = 0  # hosts started (for benchmarks and tests)
+        self.configs_handed = 0  # abx-plugins configs a host handed to a run (node_host.js; tests)
 
     async def spawn(self, argv: list[str], cwd: Path, env: Mapping[str, str]) -> HostedProcess:
         """Run ``argv`` (``[node, hook.js, args…]``) in a host, shaped like a subprocess.
@@ -334,6 +335,7 @@ class HostedProcess:
             message = await self.host.message()
             self.returncode = -int(message["signal"]) if message.get("signal") else int(message["exit"])
             retire = bool(message.get("retire"))
+            self.pool.configs_handed += int(message.get("handed") or 0)
             if retire:
                 log.debug("Node host %d retires: the hook left behind %s", self.pid, message.get("left"))
         except (ConnectionError, OSError, ValueError, KeyError):
