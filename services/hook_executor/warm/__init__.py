@@ -10,7 +10,8 @@ hooks.
 - ``zygote_wire``: the protocol between them (also a stand-in interpreter, ``--client``);
 - ``nodebundle``: the one esbuild bundle of puppeteer-core the browser hooks load;
 - ``node_hosts`` (and ``node_host.js``): long-lived Node processes that run the browser's
-  foreground hooks one after another, puppeteer-core loaded once;
+  foreground hooks one after another, puppeteer-core loaded once (``node_config_memo.js``: the
+  hosts hand abx-plugins' computed config from run to run);
 - ``common``: what both share (a pipe's stream reader, the retry of a starter that failed).
 """
 

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 #: ``environment.HookEnvironment.hook_env`` sets for each run, its context (``EXTRA_CONTEXT``:
 #: snapshot, hook) and its trace parent (the W3C carrier's keys, upper-cased). A Node host leaves
 #: them out of the environment under which it remembers abx-plugins' computed config
-#: (``node_host.js``), so that the runs of one crawl share it. abx-plugins' base schema reads the
+#: (``node_config_memo.js``), so that the runs of one crawl share it. abx-plugins' base schema reads the
 #: first three as string properties of their own names, which the host sets to the run's own
 #: values (and checks that no other setting uses them); it reads none of the rest. A per-run key
 #: missing here only costs reuse; never list one that ``loadConfig`` reads otherwise (``HOME``).
