@@ -1,8 +1,8 @@
 """The bundled puppeteer-core of the browser hooks (``hook_executor/nodebundle.py``): built with the
 real esbuild from the chrome plugin's real install, reached through abx-plugins' own
 ``resolvePuppeteerModule`` in Node, able to drive a real Chromium to a local page exactly as the
-unbundled package does; put in front of a Node hook's ``NODE_PATH`` only once it is built, and
-never when it cannot be."""
+unbundled package does; put in front of a Node hook's ``NODE_PATH`` only once it is built (or an
+earlier build's record shows it built and current), and never when it cannot be."""
 
 from __future__ import annotations
 
@@ -155,10 +155,10 @@ def test_the_executor_uses_a_bundle_only_once_built_and_never_a_failed_one(tmp_p
     async def scenario() -> None:
         bundles = PuppeteerBundles(tmp_path / "node-bundles", [plugins_dir])
         warm = WarmInterpreters(tmp_path / "warm", catalog, ["title"], bundles=bundles)
-        assert warm.node_path(python_hook, binaries, esbuild_path) is binaries  # not a Node hook
-        assert warm.node_path(node_hook, binaries, esbuild_path) is binaries  # not built yet: started
+        assert await warm.node_path(python_hook, binaries, esbuild_path) is binaries  # not a Node hook
+        assert await warm.node_path(node_hook, binaries, esbuild_path) is binaries  # not built yet: started
         await bundles.wait()
-        after = warm.node_path(node_hook, binaries, esbuild_path)
+        after = await warm.node_path(node_hook, binaries, esbuild_path)
         shadow = after.paths["NODE_PATH"][0]
         assert after.paths["NODE_PATH"] == [shadow, *node_path] and after.values == binaries.values
         assert (Path(shadow) / "puppeteer-core" / "bundle.js").is_file()
@@ -167,16 +167,88 @@ def test_the_executor_uses_a_bundle_only_once_built_and_never_a_failed_one(tmp_p
         failing = WarmInterpreters(
             tmp_path / "warm2", catalog, ["title"], bundles=PuppeteerBundles(tmp_path / "other", [plugins_dir])
         )
-        assert failing.node_path(node_hook, binaries, no_esbuild) is binaries
+        assert await failing.node_path(node_hook, binaries, no_esbuild) is binaries
         await failing.bundles.wait()
-        assert failing.node_path(node_hook, binaries, no_esbuild) is binaries  # unbundled, and no retry loop
+        assert await failing.node_path(node_hook, binaries, no_esbuild) is binaries  # unbundled, and no retry loop
         assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
 
         elsewhere = BinaryEnv(binaries.values, {"NODE_PATH": [str(tmp_path)]})  # no puppeteer on it
-        assert warm.node_path(node_hook, elsewhere, esbuild_path) is elsewhere
+        assert await warm.node_path(node_hook, elsewhere, esbuild_path) is elsewhere
         await bundles.wait()
-        assert warm.node_path(node_hook, elsewhere, esbuild_path) is elsewhere
+        assert await warm.node_path(node_hook, elsewhere, esbuild_path) is elsewhere
 
     with caplog.at_level(logging.WARNING, logger="boxcar.hook_executor.warm.nodebundle"):
         asyncio.run(scenario())
-    assert "puppeteer-core unbundled: esbuild unavailable: binary 'esbuild' unavailable" in caplog.text
+    assert "no puppeteer-core bundle built: esbuild unavailable: binary 'esbuild' unavailable" in caplog.text
+
+
+def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first_hook(tmp_path, chrome_binaries):
+    """A stack's next start (or a second executor) finds the bundle before its own build has
+    resolved anything: its first Node hooks, which start the warm hosts, get the shadow at once;
+    a record whose bundle is gone, whose package changed or whose hooks name other entries is not
+    used."""
+    binaries, esbuild = chrome_binaries
+    node = binaries.values["NODE_BINARY"]
+    node_path = binaries.paths["NODE_PATH"]
+    plugins_dir = get_catalog().plugins_dir
+    root = tmp_path / "node-bundles"
+
+    async def esbuild_path() -> str:
+        return esbuild
+
+    async def no_esbuild() -> str:
+        raise BinaryUnavailable("binary 'esbuild' unavailable: npm is not allowed here")
+
+    async def scenario() -> None:
+        first = PuppeteerBundles(root, [plugins_dir])
+        assert await first.node_path(node_path, node, esbuild_path) == []  # nothing recorded yet
+        await first.wait()
+        shadow = (await first.node_path(node_path, node, esbuild_path))[0]
+
+        gate = asyncio.Event()  # the next build cannot get past esbuild until the gate opens
+
+        async def gated_esbuild() -> str:
+            await gate.wait()
+            return esbuild
+
+        second = PuppeteerBundles(root, [plugins_dir])
+        hooks = await asyncio.gather(*(second.node_path(node_path, node, gated_esbuild) for _ in range(5)))
+        assert hooks == [[shadow]] * 5  # five hooks starting together, before the build got anywhere
+        gate.set()
+        await second.wait()
+        assert await second.node_path(node_path, node, gated_esbuild) == [shadow]  # the build agrees
+
+        # esbuild gone since: the recorded bundle is still whole and current
+        offline = PuppeteerBundles(root, [plugins_dir])
+        assert await offline.node_path(node_path, node, no_esbuild) == [shadow]
+        await offline.wait()
+        assert await offline.node_path(node_path, node, no_esbuild) == [shadow]
+
+        async def first_hook(bundles: PuppeteerBundles) -> list[str]:
+            front = await bundles.node_path(node_path, node, no_esbuild)
+            await bundles.wait()  # its build (failing without esbuild) ends inside this loop
+            return front
+
+        # the hooks now name a module the bundle has no shim for: not used
+        extra = tmp_path / "hook.js"
+        extra.write_text('require("puppeteer-core/internal/cdp/Page.js");\n')
+        assert await first_hook(PuppeteerBundles(root, [plugins_dir, extra])) == []
+
+        # the bundle removed: not used
+        moved = Path(shadow).parent.with_name("moved")
+        Path(shadow).parent.rename(moved)
+        try:
+            assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == []
+        finally:
+            moved.rename(Path(shadow).parent)
+        assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == [shadow]  # the control
+
+        # the record names a package.json that changed since (another mtime): not used
+        record = next((root / "located").glob("*.json"))
+        body = json.loads(record.read_text())
+        record.write_text(json.dumps({**body, "mtime_ns": body["mtime_ns"] + 1}))
+        assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == []
+        record.write_text("{torn")
+        assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == []
+
+    asyncio.run(scenario())

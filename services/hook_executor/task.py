@@ -414,7 +414,7 @@ class TaskRun:
             stand_ins = await self.x.warm.binary_overrides(binary_env.values)
             if stand_ins:
                 binary_env = BinaryEnv({**binary_env.values, **stand_ins}, binary_env.paths)
-            binary_env = self.x.warm.node_path(
+            binary_env = await self.x.warm.node_path(
                 hook, binary_env, functools.partial(self.x.binaries.tool, ESBUILD, hook.plugin)
             )
         # asked again after every await that can take a while (binaries, warm interpreter): a

@@ -190,10 +190,11 @@ class WarmInterpreters:
             out[key] = str(stand_in)
         return out
 
-    def node_path(self, hook: Hook, binaries: BinaryEnv, esbuild: Callable[[], Awaitable[str]]) -> BinaryEnv:
+    async def node_path(self, hook: Hook, binaries: BinaryEnv, esbuild: Callable[[], Awaitable[str]]) -> BinaryEnv:
         """``binaries`` for a Node ``hook`` with the bundled puppeteer-core's shadow
-        ``node_modules`` in front of ``NODE_PATH`` once that bundle is built (``nodebundle``; the
-        first such hook starts the build); ``binaries`` unchanged for any other hook, or before.
+        ``node_modules`` in front of ``NODE_PATH`` once that bundle is built or recorded as built
+        (``nodebundle``; the first such hook starts the build and reads the record);
+        ``binaries`` unchanged for any other hook, or before.
 
         Args:
             esbuild: returns esbuild's path; awaited only when a build starts.
@@ -201,7 +202,7 @@ class WarmInterpreters:
         if self.bundles is None or hook.language != "node":
             return binaries
         node_path = binaries.paths.get("NODE_PATH", [])
-        front = self.bundles.node_path(node_path, binaries.values.get("NODE_BINARY") or "node", esbuild)
+        front = await self.bundles.node_path(node_path, binaries.values.get("NODE_BINARY") or "node", esbuild)
         if not front:
             return binaries
         return BinaryEnv(binaries.values, {**binaries.paths, "NODE_PATH": [*front, *node_path]})

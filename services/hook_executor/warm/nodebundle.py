@@ -27,6 +27,18 @@ entry through the shadow the way the hooks do and no file of the real package ca
 (``puppeteer_bundle.js check``); then the directory is renamed into place, so a half-built bundle
 is never used and executors building the same one at once do no harm. A build that fails is logged
 once and the hooks keep the unbundled package for the life of the process.
+
+Finding a bundle that is already built still takes that build's first steps (a Node process to
+resolve the package, esbuild from the binary-resolver, ``esbuild --version``): about a second at a
+stack's start, while the crawl's first browser hooks start their warm Node hosts, which keep the
+``NODE_PATH`` they started with. Unbundled, 20 to 27 of the 50 hosts of a 40-page run loaded
+puppeteer-core the slow way, and a pool keeps hosts per ``NODE_PATH``, so a second set was
+started once the bundle was found. So a build also leaves a record (``located/<key>.json``: the
+``node_modules`` it made or found, the real ``package.json``'s mtime and the entries), and an
+executor's first Node hook for a ``NODE_PATH`` waits only for that record to be read and checked
+(the bundle is still there, the package's ``package.json`` has the recorded mtime, the hooks name
+the same entries); the build runs in the background as before and its answer, once it has one,
+takes over.
 """
 
 from __future__ import annotations
@@ -120,12 +132,16 @@ class PuppeteerBundles:
         self.root = root
         self.script_dirs = script_dirs
         self._builds: dict[tuple[str, ...], asyncio.Task[Path | None]] = {}
-        self._entries: list[str] | None = None
+        self._located: dict[tuple[str, ...], asyncio.Task[Path | None]] = {}
+        self._entries: asyncio.Task[list[str]] | None = None
+        self._failed: set[tuple[str, ...]] = set()  # builds that failed (a recorded bundle still counts)
 
-    def node_path(self, node_path: list[str], node: str, esbuild: Callable[[], Awaitable[str]]) -> list[str]:
+    async def node_path(self, node_path: list[str], node: str, esbuild: Callable[[], Awaitable[str]]) -> list[str]:
         """Directories to put in front of a Node hook's ``NODE_PATH`` (``node_path``, run with
-        Node ``node``): ``[shadow node_modules]`` once its bundle is built, else ``[]`` (and the
-        build is started in the background, once per ``node_path``).
+        Node ``node``): ``[shadow node_modules]`` once its bundle is built or a build's record
+        (``located/``) shows it built and current, else ``[]``. The first call for a
+        ``node_path`` starts the build in the background (once per ``node_path``) and waits only
+        for the record to be read (a file and two stats, after the entry scan of ``script_dirs``).
 
         Args:
             esbuild: returns esbuild's path (resolved, installing if needed, through the
@@ -134,18 +150,67 @@ class PuppeteerBundles:
         if not node_path:
             return []
         key = tuple(node_path)
-        build = self._builds.get(key)
-        if build is None:
-            self._builds[key] = asyncio.get_running_loop().create_task(self._build_logged(key, node, esbuild))
-            return []
-        if not build.done() or build.cancelled() or build.result() is None:
-            return []
-        return [str(build.result())]
+        if key not in self._builds:
+            loop = asyncio.get_running_loop()
+            self._located[key] = loop.create_task(self._locate(key, node))
+            self._builds[key] = loop.create_task(self._build_logged(key, node, esbuild))
+        build = self._builds[key]
+        if build.done() and not build.cancelled() and build.result() is not None:
+            return [str(build.result())]
+        # a cancelled caller must not cancel the lookup the other hooks wait for
+        located = await asyncio.shield(self._located[key])
+        if build.done() and not build.cancelled() and build.result() is None and key not in self._failed:
+            return []  # the build found no puppeteer-core on this NODE_PATH: the record is stale
+        return [str(located)] if located is not None else []
 
     async def wait(self) -> None:
         """Wait for every build started so far (tests use it; executors never wait for a build)."""
         if self._builds:
-            await asyncio.gather(*self._builds.values(), return_exceptions=True)
+            await asyncio.gather(*self._located.values(), *self._builds.values(), return_exceptions=True)
+
+    async def _entry_points(self) -> list[str]:
+        """``entry_points(script_dirs)``, scanned once (in a thread) per ``PuppeteerBundles``."""
+        if self._entries is None:
+            self._entries = asyncio.get_running_loop().create_task(asyncio.to_thread(entry_points, self.script_dirs))
+        return await asyncio.shield(self._entries)
+
+    def _record(self, node_path: tuple[str, ...], node: str) -> Path:
+        """Where the record of the bundle for ``node_path`` run with ``node`` is kept."""
+        key = json.dumps([LAYOUT, node, list(node_path)])
+        return self.root / "located" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+    async def _locate(self, node_path: tuple[str, ...], node: str) -> Path | None:
+        """The shadow ``node_modules`` a build recorded for ``node_path`` and ``node``, if it is
+        still there and current (its ``bundle.js`` exists, the real ``package.json`` has the
+        recorded mtime, the entries are the same); None otherwise (no record, stale, unreadable)."""
+        try:
+            entries = await self._entry_points()
+            record = json.loads(self._record(node_path, node).read_text())
+            shadow = Path(record["node_modules"])
+            current = (
+                record["entries"] == entries
+                and os.stat(record["manifest"]).st_mtime_ns == record["mtime_ns"]
+                and (shadow / "puppeteer-core" / "bundle.js").is_file()
+            )
+        except (OSError, ValueError, KeyError, TypeError):  # ValueError: a torn or foreign file
+            return None
+        return shadow if current else None
+
+    def _remember(self, node_path: list[str], node: str, shadow: Path, manifest: Path, entries: list[str]) -> None:
+        """Write the record ``_locate`` reads (atomically: a reader sees the old record or this)."""
+        record = self._record(tuple(node_path), node)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        body = {
+            "node_modules": str(shadow),
+            "manifest": str(manifest),
+            "mtime_ns": manifest.stat().st_mtime_ns,
+            "entries": entries,
+        }
+        fd, staging = tempfile.mkstemp(prefix=".record-", dir=record.parent)
+        with os.fdopen(fd, "w") as out:
+            json.dump(body, out)
+        os.chmod(staging, 0o644)
+        os.replace(staging, record)
 
     async def _build_logged(
         self, node_path: tuple[str, ...], node: str, esbuild: Callable[[], Awaitable[str]]
@@ -153,10 +218,16 @@ class PuppeteerBundles:
         try:
             shadow = await self.build(list(node_path), node, esbuild)
         except (BundleError, OSError) as exc:  # OSError: the lib dir is not writable, or is full
-            log.warning("browser hooks load puppeteer-core unbundled: %s", exc)
+            self._failed.add(node_path)
+            log.warning(
+                "no puppeteer-core bundle built: %s (hooks load it unbundled, or an earlier bundle if current)", exc
+            )
             return None
         except Exception:  # never let a build take an executor down: the hooks work without it
-            log.exception("browser hooks load puppeteer-core unbundled: the bundle build crashed")
+            self._failed.add(node_path)
+            log.exception(
+                "the puppeteer-core bundle build crashed (hooks load it unbundled, or an earlier one if current)"
+            )
             return None
         if shadow is not None:
             log.info("browser hooks load puppeteer-core from %s", shadow)
@@ -170,9 +241,7 @@ class PuppeteerBundles:
         Raises:
             BundleError: esbuild unavailable, a step failed or timed out, or the self-check failed.
         """
-        if self._entries is None:
-            self._entries = await asyncio.to_thread(entry_points, self.script_dirs)
-        entries = self._entries
+        entries = await self._entry_points()
         # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH
         clean = {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
         env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}
@@ -193,6 +262,7 @@ class PuppeteerBundles:
         name = f"puppeteer-core-{version}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
         final = self.root / name / "node_modules"
         if final.is_dir():
+            self._remember(node_path, node, final, manifest, entries)
             return final
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
@@ -239,6 +309,7 @@ class PuppeteerBundles:
                     raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        self._remember(node_path, node, final, manifest, entries)
         return final
 
 
