@@ -520,3 +520,24 @@ def test_a_config_read_from_a_per_run_key_otherwise_is_computed_for_every_run(tm
     for n in range(2):
         out = json.loads((tmp_path / f"s{n}" / "probe" / "out.json").read_text())
         assert out["SNAP_DIR"] == str(tmp_path / f"s{n}") and out["TMP_DIR"] == str(tmp_path / f"tmp{n}")
+
+
+def test_a_host_keeps_at_most_64_configs_and_lets_the_least_recently_used_go_first(tmp_path):
+    """The memo of a host is bounded (``CONFIG_MEMO_MAX`` in ``node_config_memo.js``): with 64
+    environments kept, a 65th evicts the one handed over least recently, not the oldest kept."""
+    hook, _ = make_config_probe(tmp_path, "bounded")
+    hosts = NodeHosts(tmp_path / "hosts")
+    order = [*range(64), 0, 64, 1, 0, 3]  # fill; use the first again; a 65th; the one it evicted; the first; another
+
+    async def scenario():
+        seen = []
+        for n, environment in enumerate(order):
+            handed = hosts.configs_handed
+            env = {"OTHER": f"environment {environment}", **per_run(tmp_path, n)}
+            await run(hosts, hook, tmp_path / f"s{n}", env, "--url=https://example.com/")
+            seen.append(hosts.configs_handed - handed)
+        return seen
+
+    seen = asyncio.run(closing(hosts, scenario()))
+    assert hosts.started == 1
+    assert seen == [0] * 64 + [1, 0, 0, 1, 1]
