@@ -185,8 +185,9 @@ def test_the_executor_uses_a_bundle_only_once_built_and_never_a_failed_one(tmp_p
 def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first_hook(tmp_path, chrome_binaries):
     """A stack's next start (or a second executor) finds the bundle before its own build has
     resolved anything: its first Node hooks, which start the warm hosts, get the shadow at once;
-    a record whose bundle is gone, whose package changed or whose hooks name other entries is not
-    used."""
+    a record whose bundle is gone, whose package changed, that another puppeteer-core earlier on
+    NODE_PATH shadows, or whose hooks name other entries is not used; a lib dir that takes no
+    record loses only the shortcut."""
     binaries, esbuild = chrome_binaries
     node = binaries.values["NODE_BINARY"]
     node_path = binaries.paths["NODE_PATH"]
@@ -199,11 +200,25 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
     async def no_esbuild() -> str:
         raise BinaryUnavailable("binary 'esbuild' unavailable: npm is not allowed here")
 
+    made: list[PuppeteerBundles] = []
+
+    def bundles(script_dirs: list[Path] | None = None) -> PuppeteerBundles:
+        """A new executor's bundles on the shared root (its builds are waited for at the end)."""
+        made.append(PuppeteerBundles(root, script_dirs or [plugins_dir]))
+        return made[-1]
+
     async def scenario() -> None:
-        first = PuppeteerBundles(root, [plugins_dir])
+        root.mkdir()
+        (root / "located").write_text("not a directory: no record can be written")
+        first = bundles()
         assert await first.node_path(node_path, node, esbuild_path) == []  # nothing recorded yet
         await first.wait()
-        shadow = (await first.node_path(node_path, node, esbuild_path))[0]
+        shadow = (await first.node_path(node_path, node, esbuild_path))[0]  # built all the same
+        (root / "located").unlink()
+        finder = bundles()  # finds the bundle built, and records it
+        assert await finder.node_path(node_path, node, esbuild_path) == []
+        await finder.wait()
+        assert await finder.node_path(node_path, node, esbuild_path) == [shadow]
 
         gate = asyncio.Event()  # the next build cannot get past esbuild until the gate opens
 
@@ -211,7 +226,7 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
             await gate.wait()
             return esbuild
 
-        second = PuppeteerBundles(root, [plugins_dir])
+        second = bundles()
         hooks = await asyncio.gather(*(second.node_path(node_path, node, gated_esbuild) for _ in range(5)))
         assert hooks == [[shadow]] * 5  # five hooks starting together, before the build got anywhere
         gate.set()
@@ -219,7 +234,7 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
         assert await second.node_path(node_path, node, gated_esbuild) == [shadow]  # the build agrees
 
         # esbuild gone since: the recorded bundle is still whole and current
-        offline = PuppeteerBundles(root, [plugins_dir])
+        offline = bundles()
         assert await offline.node_path(node_path, node, no_esbuild) == [shadow]
         await offline.wait()
         assert await offline.node_path(node_path, node, no_esbuild) == [shadow]
@@ -232,23 +247,49 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
         # the hooks now name a module the bundle has no shim for: not used
         extra = tmp_path / "hook.js"
         extra.write_text('require("puppeteer-core/internal/cdp/Page.js");\n')
-        assert await first_hook(PuppeteerBundles(root, [plugins_dir, extra])) == []
+        assert await first_hook(bundles([plugins_dir, extra])) == []
 
         # the bundle removed: not used
         moved = Path(shadow).parent.with_name("moved")
         Path(shadow).parent.rename(moved)
         try:
-            assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == []
+            assert await first_hook(bundles()) == []
         finally:
             moved.rename(Path(shadow).parent)
-        assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == [shadow]  # the control
+        assert await first_hook(bundles()) == [shadow]  # the control
+
+        # another puppeteer-core installed since, earlier on the same NODE_PATH: not used
+        early = tmp_path / "early"
+        early.mkdir()
+        shadowed = [str(early), *node_path]
+        before = set((root / "located").glob("*.json"))
+        recorder = bundles()
+        await recorder.node_path(shadowed, node, esbuild_path)
+        await recorder.wait()
+        assert await recorder.node_path(shadowed, node, esbuild_path) == [shadow]  # recorded for it
+        (early / "puppeteer-core").mkdir()
+        (early / "puppeteer-core" / "package.json").write_text('{"name": "puppeteer-core", "version": "0.0.1"}')
+        late = bundles()
+        assert await late.node_path(shadowed, node, no_esbuild) == []
+        await late.wait()
 
         # the record names a package.json that changed since (another mtime): not used
-        record = next((root / "located").glob("*.json"))
+        (record,) = before  # the record for node_path
         body = json.loads(record.read_text())
-        record.write_text(json.dumps({**body, "mtime_ns": body["mtime_ns"] + 1}))
-        assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == []
+        ino, size, mtime = body["identity"]
+        record.write_text(json.dumps({**body, "identity": [ino, size, mtime + 1]}))
+        assert await first_hook(bundles()) == []
+        record.write_text(json.dumps({**body, "bundle": "../elsewhere"}))  # only a bundle of this root
+        assert await first_hook(bundles()) == []
         record.write_text("{torn")
-        assert await first_hook(PuppeteerBundles(root, [plugins_dir])) == []
+        assert await first_hook(bundles()) == []
+        assert not [f for f in (root / "located").iterdir() if f.name.startswith(".record-")]  # no leftovers
 
-    asyncio.run(scenario())
+    async def waited() -> None:
+        try:
+            await scenario()
+        finally:  # a failed assertion leaves no build for asyncio.run to cancel mid-spawn (3.12.1 hangs there)
+            for made_bundles in made:
+                await made_bundles.wait()
+
+    asyncio.run(waited())

@@ -21,12 +21,14 @@ down ``NODE_PATH`` as before; the hooks' ``getNodeModulesDir()`` (``NODE_PATH``'
 A bundle is built once per puppeteer-core install, in ``<ABXPKG_LIB_DIR>/node-bundles/`` under a
 name made of the package's real path, version and ``package.json`` mtime, the entry paths, and
 esbuild's version; in the background, on the first Node hook that would use it (hooks before it is
-ready load puppeteer-core as they always did). esbuild comes from npm through the binary-resolver
+ready load puppeteer-core as they always did, unless an earlier build's record names a current one:
+below). esbuild comes from npm through the binary-resolver
 like any binary (``boxcar.shared.binaries.ESBUILD``). A build counts only once Node has loaded every
 entry through the shadow the way the hooks do and no file of the real package came along
 (``puppeteer_bundle.js check``); then the directory is renamed into place, so a half-built bundle
 is never used and executors building the same one at once do no harm. A build that fails is logged
-once and the hooks keep the unbundled package for the life of the process.
+once and the hooks keep the unbundled package (or the recorded bundle, if current) for the life of
+the process.
 
 Finding a bundle that is already built still takes that build's first steps (a Node process to
 resolve the package, esbuild from the binary-resolver, ``esbuild --version``): about a second at a
@@ -34,16 +36,20 @@ stack's start, while the crawl's first browser hooks start their warm Node hosts
 ``NODE_PATH`` they started with. Unbundled, 20 to 27 of the 50 hosts of a 40-page run loaded
 puppeteer-core the slow way, and a pool keeps hosts per ``NODE_PATH``, so a second set was
 started once the bundle was found. So a build also leaves a record (``located/<key>.json``: the
-``node_modules`` it made or found, the real ``package.json``'s mtime and the entries), and an
-executor's first Node hook for a ``NODE_PATH`` waits only for that record to be read and checked
-(the bundle is still there, the package's ``package.json`` has the recorded mtime, the hooks name
-the same entries); the build runs in the background as before and its answer, once it has one,
-takes over.
+bundle directory it made or found, the real ``package.json`` with its inode, size and mtime as the
+build saw them, what each ``NODE_PATH`` directory held of ``puppeteer-core`` and ``puppeteer``, and
+the entries), and an executor's first Node hook for a ``NODE_PATH`` waits only for that record to
+be read and checked: its ``bundle.js`` is still there, the ``NODE_PATH`` directories hold the same
+packages (real paths: a new install or a pnpm re-link shows), that ``package.json`` is unchanged,
+and the hooks name the same entries. The build runs in the background as before and
+its answer, once it has one, takes over. A record that cannot be written (a read-only lib dir)
+costs only the shortcut.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -141,7 +147,7 @@ class PuppeteerBundles:
         Node ``node``): ``[shadow node_modules]`` once its bundle is built or a build's record
         (``located/``) shows it built and current, else ``[]``. The first call for a
         ``node_path`` starts the build in the background (once per ``node_path``) and waits only
-        for the record to be read (a file and two stats, after the entry scan of ``script_dirs``).
+        for the record to be read (a file and a few stats, after the entry scan of ``script_dirs``).
 
         Args:
             esbuild: returns esbuild's path (resolved, installing if needed, through the
@@ -159,8 +165,11 @@ class PuppeteerBundles:
             return [str(build.result())]
         # a cancelled caller must not cancel the lookup the other hooks wait for
         located = await asyncio.shield(self._located[key])
-        if build.done() and not build.cancelled() and build.result() is None and key not in self._failed:
-            return []  # the build found no puppeteer-core on this NODE_PATH: the record is stale
+        if build.done() and not build.cancelled():
+            if build.result() is not None:
+                return [str(build.result())]  # the build's answer takes over
+            if key not in self._failed:
+                return []  # the build found no puppeteer-core on this NODE_PATH: the record is stale
         return [str(located)] if located is not None else []
 
     async def wait(self) -> None:
@@ -181,36 +190,47 @@ class PuppeteerBundles:
 
     async def _locate(self, node_path: tuple[str, ...], node: str) -> Path | None:
         """The shadow ``node_modules`` a build recorded for ``node_path`` and ``node``, if it is
-        still there and current (its ``bundle.js`` exists, the real ``package.json`` has the
-        recorded mtime, the entries are the same); None otherwise (no record, stale, unreadable)."""
+        still there and current (its ``bundle.js`` exists; ``node_path`` holds the same packages
+        (``_packages``) and the real ``package.json`` has the recorded inode, size and mtime; the
+        entries are the same); None otherwise (no record, stale, unreadable)."""
         try:
             entries = await self._entry_points()
             record = json.loads(self._record(node_path, node).read_text())
-            shadow = Path(record["node_modules"])
+            name = record["bundle"]
+            if not isinstance(name, str) or not name.startswith("puppeteer-core-") or os.sep in name:
+                return None
+            shadow = self.root / name / "node_modules"
             current = (
                 record["entries"] == entries
-                and os.stat(record["manifest"]).st_mtime_ns == record["mtime_ns"]
+                and record["packages"] == _packages(node_path)
+                and _identity(os.stat(record["manifest"])) == record["identity"]
                 and (shadow / "puppeteer-core" / "bundle.js").is_file()
             )
         except (OSError, ValueError, KeyError, TypeError):  # ValueError: a torn or foreign file
             return None
+        except Exception:  # never let the shortcut fail a hook: without it the hook loads unbundled
+            log.exception("the puppeteer-core bundle's record could not be read")
+            return None
         return shadow if current else None
 
-    def _remember(self, node_path: list[str], node: str, shadow: Path, manifest: Path, entries: list[str]) -> None:
-        """Write the record ``_locate`` reads (atomically: a reader sees the old record or this)."""
+    def _remember(self, node_path: list[str], node: str, shadow: Path, seen: dict[str, object]) -> None:
+        """Write the record ``_locate`` reads (atomically: a reader sees the old record or this).
+        Best effort: a lib dir that takes no record (read-only, full) only loses the shortcut."""
         record = self._record(tuple(node_path), node)
-        record.parent.mkdir(parents=True, exist_ok=True)
-        body = {
-            "node_modules": str(shadow),
-            "manifest": str(manifest),
-            "mtime_ns": manifest.stat().st_mtime_ns,
-            "entries": entries,
-        }
-        fd, staging = tempfile.mkstemp(prefix=".record-", dir=record.parent)
-        with os.fdopen(fd, "w") as out:
-            json.dump(body, out)
-        os.chmod(staging, 0o644)
-        os.replace(staging, record)
+        body = {"bundle": shadow.parent.name, **seen}
+        staging = None
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            fd, staging = tempfile.mkstemp(prefix=".record-", dir=record.parent)
+            with os.fdopen(fd, "w") as out:
+                json.dump(body, out)
+            os.chmod(staging, 0o644)
+            os.replace(staging, record)
+        except OSError as exc:
+            log.debug("no record of the puppeteer-core bundle in %s: %s", record.parent, exc)
+            if staging is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(staging)
 
     async def _build_logged(
         self, node_path: tuple[str, ...], node: str, esbuild: Callable[[], Awaitable[str]]
@@ -245,6 +265,7 @@ class PuppeteerBundles:
         # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH
         clean = {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
         env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}
+        packages = _packages(node_path)  # as the resolution below sees them (for the record)
         out = await _run([node, str(HELPER), "resolve", *entries], env, "resolving puppeteer-core")
         found = json.loads(out)
         if found is None:
@@ -256,13 +277,20 @@ class PuppeteerBundles:
             raise BundleError(f"esbuild unavailable: {exc}") from None
         esbuild_version = (await _run([esbuild_path, "--version"], clean, "esbuild --version")).strip()
         manifest = root / "package.json"
+        manifest_stat = manifest.stat()  # once: the bundle's name and its record say the same
         identity = json.dumps(
-            [LAYOUT, str(root), version, manifest.stat().st_mtime_ns, entries, esbuild_version], sort_keys=True
+            [LAYOUT, str(root), version, manifest_stat.st_mtime_ns, entries, esbuild_version], sort_keys=True
         )
+        seen = {
+            "manifest": str(manifest),
+            "identity": _identity(manifest_stat),
+            "entries": entries,
+            "packages": packages,
+        }
         name = f"puppeteer-core-{version}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
         final = self.root / name / "node_modules"
         if final.is_dir():
-            self._remember(node_path, node, final, manifest, entries)
+            self._remember(node_path, node, final, seen)
             return final
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
@@ -309,8 +337,27 @@ class PuppeteerBundles:
                     raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        self._remember(node_path, node, final, manifest, entries)
+        self._remember(node_path, node, final, seen)
         return final
+
+
+def _identity(stat: os.stat_result) -> list[int]:
+    """What the record keeps of ``package.json``'s stat: inode, size, mtime (ns)."""
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
+def _packages(node_path: Iterable[str]) -> list[list[str | None]]:
+    """What ``node_path`` holds of the two packages the hooks look for, as a record keeps it: for
+    each directory, the real path of its ``puppeteer-core`` and of its ``puppeteer`` (None where
+    there is none). A package installed, removed or re-linked (pnpm) in any of them changes it."""
+    out: list[list[str | None]] = []
+    for folder in node_path:
+        row: list[str | None] = []
+        for name in ("puppeteer-core", "puppeteer"):
+            package = os.path.join(folder, name)
+            row.append(os.path.realpath(package) if os.path.isdir(package) else None)
+        out.append(row)
+    return out
 
 
 async def _run(argv: list[str], env: dict[str, str], what: str) -> str:
