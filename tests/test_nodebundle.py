@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -233,6 +234,21 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
         await second.wait()
         assert await second.node_path(node_path, node, gated_esbuild) == [shadow]  # the build agrees
 
+        # the record names another whole bundle: used until the build answers, then the build's wins
+        (record,) = (root / "located").glob("*.json")
+        body = json.loads(record.read_text())
+        copy = root / "puppeteer-core-copy"
+        shutil.copytree(Path(shadow).parent, copy)
+        record.write_text(json.dumps({**body, "bundle": copy.name}))
+        gate = asyncio.Event()
+        other = bundles()
+        assert await other.node_path(node_path, node, gated_esbuild) == [str(copy / "node_modules")]
+        gate.set()
+        await other.wait()
+        assert await other.node_path(node_path, node, gated_esbuild) == [shadow]
+        assert json.loads(record.read_text())["bundle"] == Path(shadow).parent.name  # recorded again
+        shutil.rmtree(copy)
+
         # esbuild gone since: the recorded bundle is still whole and current
         offline = bundles()
         assert await offline.node_path(node_path, node, no_esbuild) == [shadow]
@@ -288,7 +304,7 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
     async def waited() -> None:
         try:
             await scenario()
-        finally:  # a failed assertion leaves no build for asyncio.run to cancel mid-spawn (3.12.1 hangs there)
+        finally:  # a failed assertion leaves no build running past the test
             for made_bundles in made:
                 await made_bundles.wait()
 

@@ -56,6 +56,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -74,6 +75,15 @@ STEP_TIMEOUT = 120.0
 
 #: Changes whenever the shadow package's layout changes, so old bundles are not reused.
 LAYOUT = "1"
+
+#: The packages the hooks look for on ``NODE_PATH``, first found wins (abx-plugins'
+#: ``resolvePuppeteerModule``, ``chrome/chrome_utils.js``); ``puppeteer_bundle.js resolve`` gets
+#: them from here, and a record keeps what ``NODE_PATH`` holds of each (``_packages``).
+PACKAGES = ("puppeteer-core", "puppeteer")
+
+#: The start of every bundle directory's name under the root (``build``); a record naming
+#: anything else is not used.
+PREFIX = "puppeteer-core-"
 
 
 class BundleError(Exception):
@@ -137,10 +147,9 @@ class PuppeteerBundles:
     def __init__(self, root: Path, script_dirs: list[Path]) -> None:
         self.root = root
         self.script_dirs = script_dirs
-        self._builds: dict[tuple[str, ...], asyncio.Task[Path | None]] = {}
+        self._builds: dict[tuple[str, ...], asyncio.Task[tuple[bool, Path | None]]] = {}
         self._located: dict[tuple[str, ...], asyncio.Task[Path | None]] = {}
         self._entries: asyncio.Task[list[str]] | None = None
-        self._failed: set[tuple[str, ...]] = set()  # builds that failed (a recorded bundle still counts)
 
     async def node_path(self, node_path: list[str], node: str, esbuild: Callable[[], Awaitable[str]]) -> list[str]:
         """Directories to put in front of a Node hook's ``NODE_PATH`` (``node_path``, run with
@@ -160,16 +169,14 @@ class PuppeteerBundles:
             loop = asyncio.get_running_loop()
             self._located[key] = loop.create_task(self._locate(key, node))
             self._builds[key] = loop.create_task(self._build_logged(key, node, esbuild))
-        build = self._builds[key]
-        if build.done() and not build.cancelled() and build.result() is not None:
-            return [str(build.result())]
-        # a cancelled caller must not cancel the lookup the other hooks wait for
+        # a cancelled caller must not cancel the lookup the other hooks wait for (once it is done,
+        # awaiting it returns at once)
         located = await asyncio.shield(self._located[key])
+        build = self._builds[key]
         if build.done() and not build.cancelled():
-            if build.result() is not None:
-                return [str(build.result())]  # the build's answer takes over
-            if key not in self._failed:
-                return []  # the build found no puppeteer-core on this NODE_PATH: the record is stale
+            answered, shadow = build.result()
+            if answered:  # the build's answer takes over, "no puppeteer-core here" included
+                return [str(shadow)] if shadow is not None else []
         return [str(located)] if located is not None else []
 
     async def wait(self) -> None:
@@ -195,9 +202,17 @@ class PuppeteerBundles:
         entries are the same); None otherwise (no record, stale, unreadable)."""
         try:
             entries = await self._entry_points()
+            return await asyncio.to_thread(self._read_record, node_path, node, entries)
+        except Exception:  # never let the shortcut fail a hook: without it the hook loads unbundled
+            log.exception("the puppeteer-core bundle's record could not be read")
+            return None
+
+    def _read_record(self, node_path: tuple[str, ...], node: str, entries: list[str]) -> Path | None:
+        """``_locate``'s reading and checking of the record (blocking: a file and a few stats)."""
+        try:
             record = json.loads(self._record(node_path, node).read_text())
             name = record["bundle"]
-            if not isinstance(name, str) or not name.startswith("puppeteer-core-") or os.sep in name:
+            if not isinstance(name, str) or not name.startswith(PREFIX) or os.sep in name:
                 return None
             shadow = self.root / name / "node_modules"
             current = (
@@ -207,9 +222,6 @@ class PuppeteerBundles:
                 and (shadow / "puppeteer-core" / "bundle.js").is_file()
             )
         except (OSError, ValueError, KeyError, TypeError):  # ValueError: a torn or foreign file
-            return None
-        except Exception:  # never let the shortcut fail a hook: without it the hook loads unbundled
-            log.exception("the puppeteer-core bundle's record could not be read")
             return None
         return shadow if current else None
 
@@ -234,24 +246,24 @@ class PuppeteerBundles:
 
     async def _build_logged(
         self, node_path: tuple[str, ...], node: str, esbuild: Callable[[], Awaitable[str]]
-    ) -> Path | None:
+    ) -> tuple[bool, Path | None]:
+        """``build``'s answer as ``(True, shadow or None)``; ``(False, None)`` when it failed
+        (logged once; a current record still counts then)."""
         try:
             shadow = await self.build(list(node_path), node, esbuild)
         except (BundleError, OSError) as exc:  # OSError: the lib dir is not writable, or is full
-            self._failed.add(node_path)
             log.warning(
                 "no puppeteer-core bundle built: %s (hooks load it unbundled, or an earlier bundle if current)", exc
             )
-            return None
+            return False, None
         except Exception:  # never let a build take an executor down: the hooks work without it
-            self._failed.add(node_path)
             log.exception(
                 "the puppeteer-core bundle build crashed (hooks load it unbundled, or an earlier one if current)"
             )
-            return None
+            return False, None
         if shadow is not None:
             log.info("browser hooks load puppeteer-core from %s", shadow)
-        return shadow
+        return True, shadow
 
     async def build(self, node_path: list[str], node: str, esbuild: Callable[[], Awaitable[str]]) -> Path | None:
         """The shadow ``node_modules`` for puppeteer-core as ``node_path`` resolves it, built now
@@ -266,7 +278,7 @@ class PuppeteerBundles:
         clean = {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
         env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}
         packages = _packages(node_path)  # as the resolution below sees them (for the record)
-        out = await _run([node, str(HELPER), "resolve", *entries], env, "resolving puppeteer-core")
+        out = await _run([node, str(HELPER), "resolve", ",".join(PACKAGES), *entries], env, "resolving puppeteer-core")
         found = json.loads(out)
         if found is None:
             return None
@@ -287,7 +299,7 @@ class PuppeteerBundles:
             "entries": entries,
             "packages": packages,
         }
-        name = f"puppeteer-core-{version}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+        name = f"{PREFIX}{version}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
         final = self.root / name / "node_modules"
         if final.is_dir():
             self._remember(node_path, node, final, seen)
@@ -353,7 +365,7 @@ def _packages(node_path: Iterable[str]) -> list[list[str | None]]:
     out: list[list[str | None]] = []
     for folder in node_path:
         row: list[str | None] = []
-        for name in ("puppeteer-core", "puppeteer"):
+        for name in PACKAGES:
             package = os.path.join(folder, name)
             row.append(os.path.realpath(package) if os.path.isdir(package) else None)
         out.append(row)
@@ -361,24 +373,28 @@ def _packages(node_path: Iterable[str]) -> list[list[str | None]]:
 
 
 async def _run(argv: list[str], env: dict[str, str], what: str) -> str:
-    """Run ``argv``; its stdout. Raises ``BundleError`` (with the end of stderr) on failure."""
+    """Run ``argv`` (in a thread); its stdout. Raises ``BundleError`` (with the end of stderr) on
+    failure or after ``STEP_TIMEOUT`` seconds.
+
+    A thread, not ``asyncio.create_subprocess_exec``: a build runs in a task nobody awaits, and
+    ``asyncio.run``'s teardown cancels such a task; cancelled while its process is being spawned,
+    the coroutine never returns (the transport's pipe-connecting task is cancelled with it, so the
+    transport never sees its pipes close: CPython 3.12 and 3.13), and the executor would hang on
+    exit. A thread's step instead ends by itself (within ``STEP_TIMEOUT``) while the loop's default
+    executor shuts down.
+    """
+    return await asyncio.to_thread(_run_step, argv, env, what)
+
+
+def _run_step(argv: list[str], env: dict[str, str], what: str) -> str:
+    """``_run``'s blocking part."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-        )
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:  # run() has killed and reaped it
+        raise BundleError(f"{what}: no answer within {STEP_TIMEOUT:.0f}s") from None
     except OSError as exc:
         raise BundleError(f"{what}: cannot start {argv[0]}: {exc}") from None
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise BundleError(f"{what}: no answer within {STEP_TIMEOUT:.0f}s") from None
-    if proc.returncode != 0:
-        tail = " | ".join(err.decode(errors="replace").strip().splitlines()[-3:])
-        raise BundleError(f"{what} failed (exit {proc.returncode}): {tail}")
-    return out.decode()
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.decode(errors="replace").strip().splitlines()[-3:])
+        raise BundleError(f"{what} failed (exit {done.returncode}): {tail}")
+    return done.stdout.decode()

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Boxcar's helper for the bundled puppeteer-core (hook_executor/nodebundle.py); not a hook.
 //
-//   node puppeteer_bundle.js resolve <entry> [<entry> ...]
+//   node puppeteer_bundle.js resolve <package>[,<package> ...] <entry> [<entry> ...]
 //     Finds puppeteer-core the way abx-plugins' resolvePuppeteerModule (chrome/chrome_utils.js)
-//     does — "puppeteer-core", else "puppeteer", on NODE_PATH — and prints one JSON object:
+//     does — the first of the packages (nodebundle.py's PACKAGES: "puppeteer-core", else
+//     "puppeteer") on NODE_PATH — and prints one JSON object:
 //     {"root": package dir (real path), "version": ..., "files": {entry: absolute file}} for each
 //     entry ("." or "internal/…"), resolved from that package as the hooks' require would;
 //     or null when neither package is on NODE_PATH.
@@ -16,8 +17,8 @@
 const path = require("path");
 const Module = require("module");
 
-function packageRequireFor(searchPaths) {
-  for (const moduleName of ["puppeteer-core", "puppeteer"]) {
+function packageRequireFor(searchPaths, packages) {
+  for (const moduleName of packages) {
     let entry;
     try {
       entry = require.resolve(moduleName, { paths: searchPaths });
@@ -33,9 +34,9 @@ function specifier(entry) {
   return entry === "." ? "puppeteer-core" : `puppeteer-core/${entry}`;
 }
 
-function resolveMain(entries) {
+function resolveMain(packages, entries) {
   const searchPaths = (process.env.NODE_PATH || "").split(path.delimiter).filter(Boolean);
-  const packageRequire = packageRequireFor(searchPaths);
+  const packageRequire = packageRequireFor(searchPaths, packages);
   if (!packageRequire) {
     process.stdout.write("null\n");
     return;
@@ -49,7 +50,7 @@ function resolveMain(entries) {
 }
 
 function checkMain(shadow, realRoot, entries) {
-  const packageRequire = packageRequireFor([shadow]);
+  const packageRequire = packageRequireFor([shadow], ["puppeteer-core"]); // the shadow's one package
   if (!packageRequire) throw new Error(`no puppeteer-core in ${shadow}`);
   const loaded = {};
   for (const entry of entries) loaded[entry] = packageRequire(specifier(entry));
@@ -65,7 +66,7 @@ function checkMain(shadow, realRoot, entries) {
 
 const [mode, ...rest] = process.argv.slice(2);
 try {
-  if (mode === "resolve") resolveMain(rest);
+  if (mode === "resolve") resolveMain(rest[0].split(",").filter(Boolean), rest.slice(1));
   else if (mode === "check") checkMain(rest[0], rest[1], rest.slice(2));
   else throw new Error(`usage: ${path.basename(__filename)} resolve|check ...`);
 } catch (error) {
