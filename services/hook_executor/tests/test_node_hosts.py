@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -541,3 +542,28 @@ def test_a_host_keeps_at_most_64_configs_and_lets_the_least_recently_used_go_fir
     seen = asyncio.run(closing(hosts, scenario()))
     assert hosts.started == 1
     assert seen == [0] * 64 + [1, 0, 0, 1, 1]
+
+
+def test_installing_the_config_memo_again_wraps_the_compiler_once(tmp_path):
+    """``node_config_memo.js``'s ``install()`` may run more than once (the module loaded afresh
+    too): base/utils.js still gets one statement, so its configCache is handed over once and the
+    last install's ``activeRun`` is the one asked."""
+    utils = tmp_path / "plugins" / "base" / "utils.js"
+    utils.parent.mkdir(parents=True)
+    utils.write_text('const configCache = new Map();\nfunction argvUrl() { return ""; }\n')
+    memo = Path(node_hosts.__file__).with_name("node_config_memo.js")
+    script = textwrap.dedent(
+        f"""
+        const asked = [];
+        const memo = {json.dumps(str(memo))};
+        const live = () => true;
+        require(memo).install({{ activeRun: () => (asked.push("first"), null), isLive: live }});
+        require(memo).install({{ activeRun: () => (asked.push("second"), null), isLive: live }});
+        delete require.cache[require.resolve(memo)];  // as a host's fresh modules would
+        require(memo).install({{ activeRun: () => (asked.push("third"), null), isLive: live }});
+        require({json.dumps(str(utils))});
+        process.stdout.write(JSON.stringify(asked));
+        """
+    )
+    out = subprocess.run([NODE, "-e", script], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == ["third"]

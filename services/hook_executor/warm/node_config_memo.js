@@ -36,6 +36,7 @@ const CONFIG_MEMO_MAX = 64; // a crawl needs about one per plugin and environmen
 const TEMPLATE = /\{[A-Za-z_][A-Za-z0-9_]*\}/; // what loadConfig's hydrateConfigValue fills in
 const configMemo = new Map(); // configKey -> {entry: a structured clone, perRun: [keys], files}
 const ADOPT = "boxcar.node_host.adoptConfigCache";
+const WRAPPED = Symbol.for("boxcar.node_host.configMemoCompile"); // marks install()'s compiler
 
 function configKey(run, module, file) {
   const names = Object.keys(process.env).filter((name) => !run.perRunEnv.has(name)).sort();
@@ -135,17 +136,27 @@ function refusedUrl(argvUrl) {
 // Installs the memo in this process: base/utils.js, as it is compiled from now on, hands its
 // configCache to adopt() while activeRun() returns a run (null: none is in progress, nothing is
 // kept or handed); isLive(run) says whether that run is still the one in progress and not exited
-// (a late callback of an ended run neither keeps nor gets a config).
+// (a late callback of an ended run neither keeps nor gets a config). Installing again (this module
+// loaded afresh included) only replaces activeRun and isLive: the compiler is wrapped once, so
+// base/utils.js still gets one statement and hands its configCache over once.
 function install({ activeRun, isLive }) {
-  const realCompile = Module.prototype._compile;
-  Module.prototype._compile = function (content, filename, ...rest) {
-    if (typeof content === "string" && filename.endsWith(path.sep + CONFIG_MODULE) && content.includes(CONFIG_CACHE)) {
-      content =
-        `${content}\n;if (typeof configCache !== "undefined" && typeof argvUrl === "function") ` +
-        `globalThis[Symbol.for(${JSON.stringify(ADOPT)})](configCache, argvUrl, __filename);\n`;
-    }
-    return realCompile.call(this, content, filename, ...rest);
-  };
+  if (!Module.prototype._compile[WRAPPED]) {
+    const realCompile = Module.prototype._compile;
+    const compile = function (content, filename, ...rest) {
+      if (
+        typeof content === "string" &&
+        filename.endsWith(path.sep + CONFIG_MODULE) &&
+        content.includes(CONFIG_CACHE)
+      ) {
+        content =
+          `${content}\n;if (typeof configCache !== "undefined" && typeof argvUrl === "function") ` +
+          `globalThis[Symbol.for(${JSON.stringify(ADOPT)})](configCache, argvUrl, __filename);\n`;
+      }
+      return realCompile.call(this, content, filename, ...rest);
+    };
+    compile[WRAPPED] = true;
+    Module.prototype._compile = compile;
+  }
   globalThis[Symbol.for(ADOPT)] = (cache, argvUrl, module) => {
     const run = activeRun();
     if (run === null || !(cache instanceof Map)) return;
