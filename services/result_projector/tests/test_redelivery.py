@@ -186,6 +186,35 @@ def test_only_sealed_snapshots_are_marked_stale_and_reindexed(db, tmp_path):
     assert archiving.indexed_at is None and not (tmp_path / archiving.output_dir / "index.jsonl").exists()
 
 
+def test_refreshing_snapshots_sums_sizes_fills_missing_domains_and_keeps_modified_at(db, tmp_path):
+    """``refresh_snapshots``: ``output_size`` is the sum of the snapshot's results, ``domain`` is
+    filled only where it is empty, ``modified_at`` (the runner's) does not move, and only sealed
+    snapshots are returned (their ``indexed_at`` cleared)."""
+    sealed_id, archiving_id = _sealed_snapshot(db), _snapshot(db)
+    then = utcnow() - timedelta(hours=1)
+    with db.write() as s:
+        s.get(Snapshot, sealed_id).domain = ""  # not filled yet
+        s.get(Snapshot, archiving_id).domain = "kept.example"
+        for sid, hook, size in ((sealed_id, "h1", 100), (sealed_id, "h2", 23), (archiving_id, "h1", 7)):
+            s.add(
+                ArchiveResult(
+                    id=new_id(), snapshot_id=sid, plugin="wget", hook_name=hook, status="succeeded", output_size=size
+                )
+            )
+    with db.write() as s:  # alone in its flush, so the ORM's onupdate leaves it
+        for sid in (sealed_id, archiving_id):
+            snap = s.get(Snapshot, sid)
+            snap.modified_at, snap.indexed_at = then, then
+    with db.write() as s:
+        assert refresh_snapshots(s, {sealed_id, archiving_id}) == {sealed_id}
+    with db.read() as s:
+        sealed, archiving = s.get(Snapshot, sealed_id), s.get(Snapshot, archiving_id)
+        assert (sealed.output_size, archiving.output_size) == (123, 7)
+        assert (sealed.domain, archiving.domain) == ("example.com", "kept.example")
+        assert sealed.indexed_at is None and archiving.indexed_at == then
+        assert sealed.modified_at == archiving.modified_at == then
+
+
 def test_a_failed_index_write_is_repaired_by_the_sweep(db, tmp_path):
     snapshot_id = _sealed_snapshot(db)
     with db.read() as s:
