@@ -136,9 +136,10 @@ function refusedUrl(argvUrl) {
 // Installs the memo in this process: base/utils.js, as it is compiled from now on, hands its
 // configCache to adopt() while activeRun() returns a run (null: none is in progress, nothing is
 // kept or handed); isLive(run) says whether that run is still the one in progress and not exited
-// (a late callback of an ended run neither keeps nor gets a config). Installing again (this module
-// loaded afresh included) only replaces activeRun and isLive: the compiler is wrapped once, so
-// base/utils.js still gets one statement and hands its configCache over once.
+// (a late callback of an ended run neither keeps nor gets a config). Installing again replaces
+// activeRun and isLive (and, from a fresh copy of this module, the memo, which starts empty) but
+// wraps the compiler only once, so base/utils.js still gets one statement and hands its
+// configCache over once (as long as nothing else has wrapped the compiler since).
 function install({ activeRun, isLive }) {
   if (!Module.prototype._compile[WRAPPED]) {
     const realCompile = Module.prototype._compile;

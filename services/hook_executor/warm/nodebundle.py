@@ -373,28 +373,44 @@ def _packages(node_path: Iterable[str]) -> list[list[str | None]]:
 
 
 async def _run(argv: list[str], env: dict[str, str], what: str) -> str:
-    """Run ``argv`` (in a thread); its stdout. Raises ``BundleError`` (with the end of stderr) on
-    failure or after ``STEP_TIMEOUT`` seconds.
+    """Run ``argv``; its stdout. Raises ``BundleError`` (with the end of stderr) on failure or
+    after ``STEP_TIMEOUT`` seconds; cancelled, it kills the process.
 
-    A thread, not ``asyncio.create_subprocess_exec``: a build runs in a task nobody awaits, and
-    ``asyncio.run``'s teardown cancels such a task; cancelled while its process is being spawned,
-    the coroutine never returns (the transport's pipe-connecting task is cancelled with it, so the
-    transport never sees its pipes close: CPython 3.12 and 3.13), and the executor would hang on
-    exit. A thread's step instead ends by itself (within ``STEP_TIMEOUT``) while the loop's default
-    executor shuts down.
+    ``subprocess.Popen`` and ``communicate`` in threads, not ``asyncio.create_subprocess_exec``: a
+    build runs in a task nobody awaits, and ``asyncio.run``'s teardown cancels such a task;
+    cancelled while its process is being spawned, that coroutine never returns (the transport's
+    pipe-connecting task is cancelled with it, so the transport never sees its pipes close:
+    CPython 3.12.1 and 3.13.0), and the executor would hang on exit. Here a cancel kills the
+    process, so the thread waiting for it returns at once (one cancelled while the process is
+    being started leaves that step to end by itself).
     """
-    return await asyncio.to_thread(_run_step, argv, env, what)
-
-
-def _run_step(argv: list[str], env: dict[str, str], what: str) -> str:
-    """``_run``'s blocking part."""
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=STEP_TIMEOUT)
-    except subprocess.TimeoutExpired:  # run() has killed and reaped it
-        raise BundleError(f"{what}: no answer within {STEP_TIMEOUT:.0f}s") from None
+        proc = await asyncio.to_thread(
+            subprocess.Popen,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
     except OSError as exc:
         raise BundleError(f"{what}: cannot start {argv[0]}: {exc}") from None
-    if done.returncode != 0:
-        tail = " | ".join(done.stderr.decode(errors="replace").strip().splitlines()[-3:])
-        raise BundleError(f"{what} failed (exit {done.returncode}): {tail}")
-    return done.stdout.decode()
+    try:
+        out, err = await asyncio.to_thread(_communicate, proc, what)
+    except asyncio.CancelledError:
+        proc.kill()  # the thread's communicate() then returns
+        raise
+    if proc.returncode != 0:
+        tail = " | ".join(err.decode(errors="replace").strip().splitlines()[-3:])
+        raise BundleError(f"{what} failed (exit {proc.returncode}): {tail}")
+    return out.decode()
+
+
+def _communicate(proc: subprocess.Popen[bytes], what: str) -> tuple[bytes, bytes]:
+    """``proc``'s stdout and stderr once it has exited (blocking); killed after ``STEP_TIMEOUT``."""
+    try:
+        return proc.communicate(timeout=STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise BundleError(f"{what}: no answer within {STEP_TIMEOUT:.0f}s") from None

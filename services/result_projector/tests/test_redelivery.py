@@ -201,7 +201,7 @@ def test_refreshing_snapshots_sums_sizes_fills_missing_domains_and_keeps_modifie
                     id=new_id(), snapshot_id=sid, plugin="wget", hook_name=hook, status="succeeded", output_size=size
                 )
             )
-    with db.write() as s:  # alone in its flush, so the ORM's onupdate leaves it
+    with db.write() as s:  # last, on its own: a later flush of other changes would set onupdate's now
         for sid in (sealed_id, archiving_id):
             snap = s.get(Snapshot, sid)
             snap.modified_at, snap.indexed_at = then, then
