@@ -109,6 +109,7 @@ bench: install
 	$(PY) bench/bench_pipeline.py
 	$(PY) bench/bench_stack.py
 	$(PY) bench/bench_claims.py
+	$(PY) bench/bench_decisions.py
 	$(PY) bench/bench_projector.py
 	$(PY) bench/bench_ui_list.py
 	$(PY) bench/bench_egress.py

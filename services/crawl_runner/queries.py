@@ -8,6 +8,9 @@ row only through a conditional UPDATE whose ``WHERE`` names the state it expects
 ``stage``, ``seeded`` and/or the ``retry_at`` lease it read), checking the row count
 (``_one``). A future ``retry_at`` is a lease owned by one runner and is never stolen; an expired
 one may be claimed by any replica (``reference/archivebox-0.9.md`` §1.4, ``claim_for_worker``).
+The statements the runner runs for every task completion and seal (``_SNAPSHOT_*``, ``_TASK_*``,
+``_CRAWL_*``) are built once, each above the function that runs it, with its guard written there
+(``_one_held`` keeps the held row's object in step with what they set).
 
 The legal transitions (ArchiveBox's lifecycle; ``sealed`` is final):
 
@@ -54,8 +57,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Update, exists, func, or_, select, text, true, update
+from sqlalchemy import CursorResult, Table, Update, bindparam, exists, func, or_, select, text, true, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from boxcar.shared import metrics
 from boxcar.shared.db import BATCH, after_commit, attach_tags, insert_for
@@ -84,9 +88,22 @@ TASK_OPEN = (TaskStatus.PLANNED, TaskStatus.DISPATCHED)
 HOST_CLAIM_LOCK = 0x627868_6F7374
 
 
-def _one(s: Session, stmt: Update) -> bool:
+def _one(s: Session, stmt: Update, params: dict[str, Any] | None = None) -> bool:
     """Run a conditional UPDATE; True when it changed exactly one row (the guard held)."""
-    return _rowcount(s, stmt) == 1
+    return _rowcount(s, stmt, params) == 1
+
+
+def _one_held(s: Session, row: Any, stmt: Update, guard: dict[str, Any], **values: Any) -> bool:
+    """Run a conditional UPDATE built once (``_SNAPSHOT_*``, ``_CRAWL_SEAL``: guard parameters ``g_*``, new
+    values ``v_<column>``) on the row we hold; when its guard held, ``row`` shows ``values`` as
+    committed, as the ORM's own UPDATE would have synchronised it, so nothing of it is flushed
+    again. (Statements built once skip SQLAlchemy's per-call statement building and cache key:
+    the runner runs these for every task completion.)"""
+    changed = _one(s, stmt, guard | {f"v_{column}": value for column, value in values.items()})
+    if changed:
+        for column, value in values.items():
+            set_committed_value(row, column, value)
+    return changed
 
 
 def _claimed(s: Session, row: str, won: int, lost: int = 0) -> None:
@@ -103,9 +120,9 @@ def _sealed(s: Session, row: str, n: int = 1) -> None:
         after_commit(s, lambda: metrics.SEALS.labels(row).inc(n))
 
 
-def _rowcount(s: Session, stmt: Update) -> int:
+def _rowcount(s: Session, stmt: Update, params: dict[str, Any] | None = None) -> int:
     """Rows a DML statement changed (its ``CursorResult.rowcount``)."""
-    result = cast(CursorResult[Any], s.execute(stmt))
+    result = cast(CursorResult[Any], s.execute(stmt, params))
     return result.rowcount
 
 
@@ -188,32 +205,41 @@ def record_seeded(s: Session, crawl_id: str, seen_seeded: int, seeded: int, now:
     )
 
 
+# seal_crawl_if_done runs at every snapshot's seal: its statements are built once (``_one_held``)
+_crawl = cast(Table, Crawl.__table__)
+_CRAWL_LOCK_STARTED = (
+    update(_crawl)
+    .where(_crawl.c.id == bindparam("g_id"), _crawl.c.status == STARTED)
+    .values(modified_at=bindparam("v_modified_at"))
+)
+_CRAWL_OPEN_SNAPSHOTS = (
+    select(func.count())
+    .select_from(Snapshot)
+    .where(Snapshot.crawl_id == bindparam("g_id"), Snapshot.status.in_(OPEN_STATUSES))
+)
+_CRAWL_SEAL = (
+    update(_crawl)
+    .where(_crawl.c.id == bindparam("g_id"), _crawl.c.status == STARTED)
+    .values(status=bindparam("v_status"), retry_at=bindparam("v_retry_at"), modified_at=bindparam("v_modified_at"))
+)
+
+
 def seal_crawl_if_done(s: Session, crawl_id: str, now: datetime) -> bool:
     """Seal a started crawl with every seed inserted and no open snapshot left; True when sealed.
 
     Takes the crawl row's lock first, so of two replicas sealing the last two snapshots at once
     the second sees the first's commit and one of them seals the crawl.
     """
-    if not _one(s, update(Crawl).where(Crawl.id == crawl_id, Crawl.status == STARTED).values(modified_at=now)):
+    if not _one(s, _CRAWL_LOCK_STARTED, {"g_id": crawl_id, "v_modified_at": now}):
         return False
     crawl = s.get(Crawl, crawl_id, populate_existing=True)
     if crawl is None:  # the UPDATE above found it: only a concurrent delete gets here
         return False
     if crawl.seeded < crawl.seed_count and crawl.cancelled_at is None and not crawl.error:
         return False
-    open_snapshots = s.scalar(
-        select(func.count())
-        .select_from(Snapshot)
-        .where(Snapshot.crawl_id == crawl_id, Snapshot.status.in_(OPEN_STATUSES))
-    )
-    if open_snapshots:
+    if s.scalar(_CRAWL_OPEN_SNAPSHOTS, {"g_id": crawl_id}):
         return False
-    sealed = _one(
-        s,
-        update(Crawl)
-        .where(Crawl.id == crawl_id, Crawl.status == STARTED)
-        .values(status=SEALED, retry_at=None, modified_at=now),
-    )
+    sealed = _one_held(s, crawl, _CRAWL_SEAL, {"g_id": crawl_id}, status=SEALED, retry_at=None, modified_at=now)
     _sealed(s, "crawl", int(sealed))
     return sealed
 
@@ -515,14 +541,36 @@ def claim_queued_snapshots(
     return list(s.scalars(select(Snapshot).where(Snapshot.id.in_(ids)).execution_options(populate_existing=True)))
 
 
+# The UPDATEs the runner makes on every task completion, built once (``_one_held``).
+_snapshot = cast(Table, Snapshot.__table__)
+_task = cast(Table, SnapshotTask.__table__)
+_HELD_AT_STAGE = (
+    _snapshot.c.id == bindparam("g_id"),
+    _snapshot.c.status == STARTED,
+    _snapshot.c.stage == bindparam("g_stage"),
+)
+_SNAPSHOT_LOCK = update(_snapshot).where(*_HELD_AT_STAGE).values(modified_at=bindparam("v_modified_at"))
+_SNAPSHOT_MOVE = (
+    update(_snapshot)
+    .where(*_HELD_AT_STAGE)
+    .values(stage=bindparam("v_stage"), retry_at=bindparam("v_retry_at"), modified_at=bindparam("v_modified_at"))
+)
+_SNAPSHOT_SEAL = (
+    update(_snapshot)
+    .where(*_HELD_AT_STAGE)
+    .values(
+        status=bindparam("v_status"),
+        retry_at=bindparam("v_retry_at"),
+        downloaded_at=bindparam("v_downloaded_at"),
+        modified_at=bindparam("v_modified_at"),
+        expected_results=bindparam("v_expected_results"),
+    )
+)
+
+
 def lock_snapshot_at_stage(s: Session, snapshot_id: str, stage: int, now: datetime) -> Snapshot | None:
     """Lock a started snapshot that is still at ``stage``; None if it moved on (a stale event)."""
-    locked = _one(
-        s,
-        update(Snapshot)
-        .where(Snapshot.id == snapshot_id, Snapshot.status == STARTED, Snapshot.stage == stage)
-        .values(modified_at=now),
-    )
+    locked = _one(s, _SNAPSHOT_LOCK, {"g_id": snapshot_id, "g_stage": stage, "v_modified_at": now})
     return s.get(Snapshot, snapshot_id, populate_existing=True) if locked else None
 
 
@@ -574,12 +622,8 @@ def record_response(
 
 def move_to_stage(s: Session, snapshot: Snapshot, stage: int, now: datetime, lease: timedelta) -> bool:
     """``stage N → stage M`` on a started snapshot we hold; False if it is no longer at N."""
-    return _one(
-        s,
-        update(Snapshot)
-        .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
-        .values(stage=stage, retry_at=now + lease, modified_at=now),
-    )
+    guard = {"g_id": snapshot.id, "g_stage": snapshot.stage}
+    return _one_held(s, snapshot, _SNAPSHOT_MOVE, guard, stage=stage, retry_at=now + lease, modified_at=now)
 
 
 def requeue_snapshot(s: Session, snapshot: Snapshot, retry_at: datetime, now: datetime) -> bool:
@@ -603,11 +647,16 @@ def requeue_snapshot(s: Session, snapshot: Snapshot, retry_at: datetime, now: da
 def seal_snapshot(s: Session, snapshot: Snapshot, now: datetime, expected_results: int) -> bool:
     """``started → sealed`` at the stage we hold, noting how many results its plan has (the
     projector's index is complete once it has them all); False if someone else moved or sealed it."""
-    sealed = _one(
+    sealed = _one_held(
         s,
-        update(Snapshot)
-        .where(Snapshot.id == snapshot.id, Snapshot.status == STARTED, Snapshot.stage == snapshot.stage)
-        .values(status=SEALED, retry_at=None, downloaded_at=now, modified_at=now, expected_results=expected_results),
+        snapshot,
+        _SNAPSHOT_SEAL,
+        {"g_id": snapshot.id, "g_stage": snapshot.stage},
+        status=SEALED,
+        retry_at=None,
+        downloaded_at=now,
+        modified_at=now,
+        expected_results=expected_results,
     )
     _sealed(s, "snapshot", int(sealed))
     return sealed
@@ -660,16 +709,33 @@ def insert_tasks(
     insert = insert_for(s)
     # one statement executed per row (a multi-row VALUES insert is compiled anew every time)
     s.execute(insert(SnapshotTask.__table__).on_conflict_do_nothing(index_elements=["id"]), rows)
-    return list(s.scalars(select(SnapshotTask).where(SnapshotTask.id.in_([r["id"] for r in rows]))))
+    return list(s.scalars(_TASKS_BY_ID, {"g_ids": [r["id"] for r in rows]}))
+
+
+_TASK_COMPLETE = (
+    update(_task)
+    .where(_task.c.id == bindparam("g_id"), _task.c.status.in_(TASK_OPEN))
+    .values(status=bindparam("v_status"), error=bindparam("v_error"), completed_at=bindparam("v_completed_at"))
+    .returning(_task.c.family)
+)
+_TASK_DISPATCH = (
+    update(_task)
+    .where(_task.c.id.in_(bindparam("g_ids", expanding=True)), _task.c.status == TaskStatus.PLANNED)
+    .values(status=TaskStatus.DISPATCHED, dispatched_at=bindparam("v_dispatched_at"))
+)
+_TASKS_OPEN = select(SnapshotTask).where(
+    SnapshotTask.snapshot_id == bindparam("g_snapshot_id"), SnapshotTask.status.in_(TASK_OPEN)
+)
+_TASKS_OPEN_AT_STAGE = _TASKS_OPEN.where(SnapshotTask.stage == bindparam("g_stage"))
+_TASKS_BY_ID = select(SnapshotTask).where(SnapshotTask.id.in_(bindparam("g_ids", expanding=True)))
 
 
 def complete_task(s: Session, task_id_: str, status: TaskStatus, error: str, now: datetime) -> bool:
-    """Record a task's outcome once; False when it was already recorded (a redelivery)."""
+    """Record a task's outcome once; False when it was already recorded (a redelivery).
+
+    A task object this session holds keeps its old status (nothing reads it after this)."""
     family = s.scalar(
-        update(SnapshotTask)
-        .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN))
-        .values(status=status, error=error[:2000], completed_at=now)
-        .returning(SnapshotTask.family)
+        _TASK_COMPLETE, {"g_id": task_id_, "v_status": status, "v_error": error[:2000], "v_completed_at": now}
     )
     if family is None:
         return False
@@ -689,10 +755,9 @@ def mark_task_started(s: Session, task_id_: str, now: datetime) -> bool:
 
 def open_tasks(s: Session, snapshot_id: str, stage: int | None = None) -> list[SnapshotTask]:
     """Tasks of a snapshot (of one stage, if given) that have not completed yet."""
-    query = select(SnapshotTask).where(SnapshotTask.snapshot_id == snapshot_id, SnapshotTask.status.in_(TASK_OPEN))
-    if stage is not None:
-        query = query.where(SnapshotTask.stage == stage)
-    return list(s.scalars(query))
+    if stage is None:
+        return list(s.scalars(_TASKS_OPEN, {"g_snapshot_id": snapshot_id}))
+    return list(s.scalars(_TASKS_OPEN_AT_STAGE, {"g_snapshot_id": snapshot_id, "g_stage": stage}))
 
 
 def cancel_open_tasks(s: Session, snapshot_id: str, reason: str, now: datetime) -> list[SnapshotTask]:
@@ -712,11 +777,7 @@ def cancel_open_tasks(s: Session, snapshot_id: str, reason: str, now: datetime) 
 def mark_dispatched(s: Session, task_ids: Iterable[str], now: datetime) -> None:
     """``planned → dispatched`` once the stream acked the task messages."""
     for chunk in _chunks(list(task_ids)):
-        s.execute(
-            update(SnapshotTask)
-            .where(SnapshotTask.id.in_(list(chunk)), SnapshotTask.status == TaskStatus.PLANNED)
-            .values(status=TaskStatus.DISPATCHED, dispatched_at=now)
-        )
+        s.execute(_TASK_DISPATCH, {"g_ids": list(chunk), "v_dispatched_at": now})
 
 
 def stale_planned_tasks(s: Session, older_than: datetime, limit: int = 200) -> list[SnapshotTask]:

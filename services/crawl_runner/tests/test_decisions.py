@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from boxcar.crawl_runner import queries as q
 from boxcar.crawl_runner.decisions import Decisions
@@ -158,3 +158,30 @@ def test_a_small_crawl_behind_a_huge_one_starts_at_once(runner):
     assert [t.crawl_id for t in tasks(out)] == [small]
     with runner.db.read() as s:
         assert q.started_count(s, huge) == 2 and q.started_count(s, small) == 1
+
+
+def test_every_update_of_a_snapshot_or_crawl_on_the_way_to_the_seal_is_guarded(runner):
+    """Moving a snapshot through its stages and sealing it changes its row and its crawl's only
+    through the named conditional UPDATEs (``WHERE … status = …``): the objects the runner holds
+    show what those set, so the commit flushes no unguarded UPDATE of its own (an ``_advance``
+    that sets ``snap.stage`` after ``move_to_stage`` would otherwise write it again)."""
+    crawl_id = make_crawl(runner, ["https://example.com/"])
+    [fetch] = tasks(start(runner, crawl_id))
+    updates: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("UPDATE"):
+            updates.append(" ".join(statement.split()))
+
+    event.listen(runner.db.engine, "before_cursor_execute", seen)
+    try:
+        [extract] = tasks(complete(runner, fetch, http_status=200))
+        out = complete(runner, extract)
+    finally:
+        event.remove(runner.db.engine, "before_cursor_execute", seen)
+    assert "events.crawl.sealed" in [o.subject for o in out]
+    rows = [u for u in updates if u.startswith(("UPDATE snapshot ", "UPDATE crawl "))]
+    assert len(rows) >= 5, updates  # lock, response, move; lock, seal, the crawl's lock and seal
+    for statement in rows:
+        table = statement.split()[1]
+        assert f"{table}.status = " in statement.partition(" WHERE ")[2], statement
