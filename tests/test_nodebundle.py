@@ -20,7 +20,7 @@ import pytest
 from boxcar.binary_resolver.resolver import resolve_binary
 from boxcar.hook_executor.binaries import BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.warm import WarmInterpreters
-from boxcar.hook_executor.warm.nodebundle import PuppeteerBundles, entry_points
+from boxcar.hook_executor.warm.nodebundle import HELPER, PACKAGES, PuppeteerBundles, entry_points
 from boxcar.shared.binaries import ESBUILD
 from boxcar.shared.messages import BinaryRequest
 from boxcar.shared.plugins import get_catalog, parse_hook
@@ -64,6 +64,15 @@ def test_entry_points_are_what_the_hooks_require(tmp_path):
     extra = tmp_path / "hook.js"
     extra.write_text('require("puppeteer-core/internal/cdp/Page.js");\n')
     assert "internal/cdp/Page.js" in entry_points([plugins, extra])
+
+
+def test_the_helper_given_too_few_arguments_prints_its_usage():
+    node = shutil.which("node")
+    assert node, "Node is installed with the project (make install)"
+    for args in ([], ["bundle"], ["resolve"], ["resolve", ",".join(PACKAGES)], ["check", "shadow", "root"]):
+        done = subprocess.run([node, str(HELPER), *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("usage: node puppeteer_bundle.js resolve <package>"), (args, done.stderr)
 
 
 LOAD_AND_CAPTURE = """

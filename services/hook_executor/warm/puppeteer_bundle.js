@@ -65,10 +65,17 @@ function checkMain(shadow, realRoot, entries) {
 }
 
 const [mode, ...rest] = process.argv.slice(2);
+if (!((mode === "resolve" && rest.length >= 2) || (mode === "check" && rest.length >= 3))) {
+  const name = path.basename(__filename);
+  process.stderr.write(
+    `usage: node ${name} resolve <package>[,<package> ...] <entry> [<entry> ...]\n` +
+      `       node ${name} check <shadow node_modules> <real package root> <entry> [<entry> ...]\n`,
+  );
+  process.exit(2);
+}
 try {
   if (mode === "resolve") resolveMain(rest[0].split(",").filter(Boolean), rest.slice(1));
-  else if (mode === "check") checkMain(rest[0], rest[1], rest.slice(2));
-  else throw new Error(`usage: ${path.basename(__filename)} resolve|check ...`);
+  else checkMain(rest[0], rest[1], rest.slice(2));
 } catch (error) {
   process.stderr.write(`${error && error.stack ? error.stack : error}\n`);
   process.exit(1);
