@@ -244,7 +244,9 @@ _ids = bindparam("ids", expanding=True)
 #: ``refresh_snapshots``'s statements, on the table (Core) and built once: built per batch, as ORM
 #: updates, their construction, cache keys and ORM bulk-update set-up took 9 % of the one-process
 #: stack's GIL time in a default-selection run (py-spy). ``modified_at`` stays the runner's
-#: (lifecycle) time: what the projector derives does not move it.
+#: (lifecycle) time: what the projector derives does not move it. (These need no dialect, so they
+#: are built at import, as the runner's per-completion statements are; the upserts above depend on
+#: the dialect's INSERT and on the columns sent, so ``_statement`` builds each on first use.)
 _REFRESH_SIZE = (
     update(_snapshots)
     .where(_snapshots.c.id.in_(_ids))
