@@ -62,14 +62,6 @@ CANCELLED = "cancelled"
 Outgoing = list[bus.Outgoing]
 
 
-def _row_fresh[M: Base](s: Session, model: type[M], key: str) -> M:
-    """``_row``, read again from the database (what this transaction's updates made of it)."""
-    row = s.get(model, key, populate_existing=True)
-    if row is None:
-        raise LookupError(f"no {model.__name__} {key}")
-    return row
-
-
 def _row[M: Base](s: Session, model: type[M], key: str) -> M:
     """A row a claim or a foreign key says exists (a crawl of a snapshot, a task's snapshot).
 
@@ -369,7 +361,7 @@ class Decisions:
                 attach_tags(s, {snap.id: event.tags})
             if q.open_tasks(s, snap.id, snap.stage):
                 return out
-            snap = _row_fresh(s, Snapshot, snap.id)
+            # snap is what lock_snapshot_at_stage read under the lock, with record_response's values
             return out + self._advance(s, crawl, snap, now, retry_after=event.retry_after)
 
     def _add_discovered(self, s: Session, crawl: Crawl, snap: Snapshot, discovered: list[Seed], now: datetime) -> None:

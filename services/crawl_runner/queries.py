@@ -101,9 +101,15 @@ def _one_held(s: Session, row: Any, stmt: Update, guard: dict[str, Any], **value
     the runner runs these for every task completion.)"""
     changed = _one(s, stmt, guard | {f"v_{column}": value for column, value in values.items()})
     if changed:
-        for column, value in values.items():
-            set_committed_value(row, column, value)
+        _keep(row, values)
     return changed
+
+
+def _keep(row: Any, values: dict[str, Any]) -> None:
+    """The object of a row we hold shows ``values`` as committed: what a guarded UPDATE of the row
+    just wrote (on the table, so the ORM did not synchronise it)."""
+    for column, value in values.items():
+        set_committed_value(row, column, value)
 
 
 def _claimed(s: Session, row: str, won: int, lost: int = 0) -> None:
@@ -608,7 +614,7 @@ def record_response(
     refusal: str = "",
 ) -> None:
     """Keep what the capture saw of the page's response on the snapshot we hold (locked), or why
-    the egress policy refused to fetch it."""
+    the egress policy refused to fetch it; ``snapshot`` shows it too (``_keep``)."""
     values: dict[str, Any] = {"refusal": refusal[:1000]} if refusal else {}
     if http_status is not None:
         values.update(http_status=http_status, network_error="")
@@ -616,8 +622,10 @@ def record_response(
         values["network_error"] = network_error[:1000]
     if final_url:
         values["final_url"] = final_url if final_url != snapshot.url else None
-    if values:
-        s.execute(update(Snapshot).where(Snapshot.id == snapshot.id, Snapshot.status == STARTED).values(**values))
+    if values and _one(
+        s, update(_snapshot).where(_snapshot.c.id == snapshot.id, _snapshot.c.status == STARTED).values(**values)
+    ):
+        _keep(snapshot, values)
 
 
 def move_to_stage(s: Session, snapshot: Snapshot, stage: int, now: datetime, lease: timedelta) -> bool:
