@@ -422,7 +422,7 @@ class Decisions:
             return out
         if not q.move_to_stage(s, snap, next_stage, now, self.snapshot_lease):
             return []
-        snap.stage = next_stage
+        # move_to_stage set snap.stage (and its lease) to what it wrote
         return self._dispatch_stage(s, crawl, snap, plan, next_stage, now)
 
     def _dispatch_stage(

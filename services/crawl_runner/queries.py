@@ -9,8 +9,10 @@ row only through a conditional UPDATE whose ``WHERE`` names the state it expects
 (``_one``). A future ``retry_at`` is a lease owned by one runner and is never stolen; an expired
 one may be claimed by any replica (``reference/archivebox-0.9.md`` §1.4, ``claim_for_worker``).
 The statements the runner runs for every task completion and seal (``_SNAPSHOT_*``, ``_TASK_*``,
-``_CRAWL_*``) are built once, each above the function that runs it, with its guard written there
-(``_one_held`` keeps the held row's object in step with what they set).
+``_CRAWL_*``) are built once at import, on the tables, each beside the functions that run it and
+with its guard written there; the snapshot or crawl object a function holds is then set to what
+its UPDATE wrote (``_one_held``, ``_keep``), as the ORM's own UPDATE would have synchronised it.
+Task objects are not kept in step (nothing reads a task's status after changing it).
 
 The legal transitions (ArchiveBox's lifecycle; ``sealed`` is final):
 
@@ -94,11 +96,12 @@ def _one(s: Session, stmt: Update, params: dict[str, Any] | None = None) -> bool
 
 
 def _one_held(s: Session, row: Any, stmt: Update, guard: dict[str, Any], **values: Any) -> bool:
-    """Run a conditional UPDATE built once (``_SNAPSHOT_*``, ``_CRAWL_SEAL``: guard parameters ``g_*``, new
-    values ``v_<column>``) on the row we hold; when its guard held, ``row`` shows ``values`` as
-    committed, as the ORM's own UPDATE would have synchronised it, so nothing of it is flushed
-    again. (Statements built once skip SQLAlchemy's per-call statement building and cache key:
-    the runner runs these for every task completion.)"""
+    """Run a conditional UPDATE built once (``_SNAPSHOT_MOVE``, ``_SNAPSHOT_SEAL``,
+    ``_CRAWL_SEAL``: guard parameters ``g_*``, new values ``v_<column>``) on the row we hold; when
+    its guard held, ``row`` shows ``values`` as committed (``_keep``), so nothing of it is flushed
+    again. The session flushes pending changes before it, as before an ORM UPDATE (SQLAlchemy
+    autoflushes before Core statements too). (Built once, these skip SQLAlchemy's per-call
+    statement building and cache key: the runner runs them for every task completion.)"""
     changed = _one(s, stmt, guard | {f"v_{column}": value for column, value in values.items()})
     if changed:
         _keep(row, values)
@@ -211,7 +214,7 @@ def record_seeded(s: Session, crawl_id: str, seen_seeded: int, seeded: int, now:
     )
 
 
-# seal_crawl_if_done runs at every snapshot's seal: its statements are built once (``_one_held``)
+# seal_crawl_if_done runs at every snapshot's seal: its statements are built once (module docstring)
 _crawl = cast(Table, Crawl.__table__)
 _CRAWL_LOCK_STARTED = (
     update(_crawl)
@@ -547,7 +550,7 @@ def claim_queued_snapshots(
     return list(s.scalars(select(Snapshot).where(Snapshot.id.in_(ids)).execution_options(populate_existing=True)))
 
 
-# The UPDATEs the runner makes on every task completion, built once (``_one_held``).
+# The snapshot UPDATEs the runner makes on every task completion (module docstring).
 _snapshot = cast(Table, Snapshot.__table__)
 _task = cast(Table, SnapshotTask.__table__)
 _HELD_AT_STAGE = (
@@ -695,6 +698,25 @@ def task_id(snapshot_id: str, attempt: int, stage: int, family: str) -> str:
     return f"{snapshot_id}.{attempt}.{stage}.{family}"
 
 
+# The task statements of every completion (module docstring).
+_TASK_COMPLETE = (
+    update(_task)
+    .where(_task.c.id == bindparam("g_id"), _task.c.status.in_(TASK_OPEN))
+    .values(status=bindparam("v_status"), error=bindparam("v_error"), completed_at=bindparam("v_completed_at"))
+    .returning(_task.c.family)
+)
+_TASK_DISPATCH = (
+    update(_task)
+    .where(_task.c.id.in_(bindparam("g_ids", expanding=True)), _task.c.status == TaskStatus.PLANNED)
+    .values(status=TaskStatus.DISPATCHED, dispatched_at=bindparam("v_dispatched_at"))
+)
+_TASKS_OPEN = select(SnapshotTask).where(
+    SnapshotTask.snapshot_id == bindparam("g_snapshot_id"), SnapshotTask.status.in_(TASK_OPEN)
+)
+_TASKS_OPEN_AT_STAGE = _TASKS_OPEN.where(SnapshotTask.stage == bindparam("g_stage"))
+_TASKS_BY_ID = select(SnapshotTask).where(SnapshotTask.id.in_(bindparam("g_ids", expanding=True)))
+
+
 def insert_tasks(
     s: Session, snapshot: Snapshot, stage: int, families: dict[str, list[str]], now: datetime
 ) -> list[SnapshotTask]:
@@ -718,24 +740,6 @@ def insert_tasks(
     # one statement executed per row (a multi-row VALUES insert is compiled anew every time)
     s.execute(insert(SnapshotTask.__table__).on_conflict_do_nothing(index_elements=["id"]), rows)
     return list(s.scalars(_TASKS_BY_ID, {"g_ids": [r["id"] for r in rows]}))
-
-
-_TASK_COMPLETE = (
-    update(_task)
-    .where(_task.c.id == bindparam("g_id"), _task.c.status.in_(TASK_OPEN))
-    .values(status=bindparam("v_status"), error=bindparam("v_error"), completed_at=bindparam("v_completed_at"))
-    .returning(_task.c.family)
-)
-_TASK_DISPATCH = (
-    update(_task)
-    .where(_task.c.id.in_(bindparam("g_ids", expanding=True)), _task.c.status == TaskStatus.PLANNED)
-    .values(status=TaskStatus.DISPATCHED, dispatched_at=bindparam("v_dispatched_at"))
-)
-_TASKS_OPEN = select(SnapshotTask).where(
-    SnapshotTask.snapshot_id == bindparam("g_snapshot_id"), SnapshotTask.status.in_(TASK_OPEN)
-)
-_TASKS_OPEN_AT_STAGE = _TASKS_OPEN.where(SnapshotTask.stage == bindparam("g_stage"))
-_TASKS_BY_ID = select(SnapshotTask).where(SnapshotTask.id.in_(bindparam("g_ids", expanding=True)))
 
 
 def complete_task(s: Session, task_id_: str, status: TaskStatus, error: str, now: datetime) -> bool:

@@ -103,6 +103,32 @@ def test_duplicate_completion_and_stale_stage_change_nothing(db):
         assert task.status == "succeeded" and task.error == ""
 
 
+def test_the_rows_the_runner_holds_show_what_its_guarded_updates_wrote(db):
+    """The snapshot and crawl objects a decision holds are set to what ``record_response``,
+    ``move_to_stage``, ``seal_snapshot`` and ``seal_crawl_if_done`` wrote (statements on the
+    tables, which the ORM does not synchronise): a later guard sees the stage it moved to, and
+    nothing of them is left to flush at the commit."""
+    crawl_id, snapshot_id = _crawl_with_snapshot(db)
+    now, lease = utcnow(), timedelta(seconds=60)
+    with db.write() as s:
+        [snap] = q.claim_queued_snapshots(s, crawl_id, 1, now, lease, 1)
+        q.record_response(s, snap, 200, "https://example.com/final", "")
+        assert (snap.http_status, snap.final_url, snap.network_error) == (200, "https://example.com/final", "")
+        assert q.move_to_stage(s, snap, 3, now, lease)
+        assert (snap.stage, snap.retry_at, snap.modified_at) == (3, now + lease, now)
+        assert q.seal_snapshot(s, snap, now, 7)  # its guard: the stage it was moved to
+        assert (snap.status, snap.retry_at, snap.downloaded_at, snap.expected_results) == ("sealed", None, now, 7)
+        assert q.seal_crawl_if_done(s, crawl_id, now)
+        crawl = s.get(Crawl, crawl_id)
+        assert (crawl.status, crawl.retry_at) == ("sealed", None)
+        assert not s.dirty
+    with db.read() as s:
+        row = s.get(Snapshot, snapshot_id)
+        assert (row.status, row.stage, row.http_status, row.expected_results) == ("sealed", 3, 200, 7)
+        assert row.final_url == "https://example.com/final"
+        assert s.get(Crawl, crawl_id).status == "sealed"
+
+
 def test_crawl_seals_only_without_open_snapshots_and_with_every_seed_in(db):
     crawl_id, snapshot_id = _crawl_with_snapshot(db)
     now = utcnow()

@@ -162,9 +162,8 @@ def test_a_small_crawl_behind_a_huge_one_starts_at_once(runner):
 
 def test_every_update_of_a_snapshot_or_crawl_on_the_way_to_the_seal_is_guarded(runner):
     """Moving a snapshot through its stages and sealing it changes its row and its crawl's only
-    through the named conditional UPDATEs (``WHERE … status = …``): the objects the runner holds
-    show what those set, so the commit flushes no unguarded UPDATE of its own (an ``_advance``
-    that sets ``snap.stage`` after ``move_to_stage`` would otherwise write it again)."""
+    through the named conditional UPDATEs (``WHERE … status = …``), seven of them, and the commit
+    flushes no UPDATE of its own (a change to an object the runner holds would be one)."""
     crawl_id = make_crawl(runner, ["https://example.com/"])
     [fetch] = tasks(start(runner, crawl_id))
     updates: list[str] = []
@@ -181,7 +180,7 @@ def test_every_update_of_a_snapshot_or_crawl_on_the_way_to_the_seal_is_guarded(r
         event.remove(runner.db.engine, "before_cursor_execute", seen)
     assert "events.crawl.sealed" in [o.subject for o in out]
     rows = [u for u in updates if u.startswith(("UPDATE snapshot ", "UPDATE crawl "))]
-    assert len(rows) >= 5, updates  # lock, response, move; lock, seal, the crawl's lock and seal
+    assert len(rows) == 7, updates  # lock, response, move; lock, seal, the crawl's lock and seal
     for statement in rows:
         table = statement.split()[1]
         assert f"{table}.status = " in statement.partition(" WHERE ")[2], statement
