@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from boxcar.hook_executor.hooks import HookProcess
+from boxcar.hook_executor.hooks import HookProcess, scan_files
 from boxcar.hook_executor.warm.zygote_client import Zygote
 from boxcar.shared.messages import encode
 from boxcar.shared.plugins import Hook, get_catalog, parse_hook
@@ -183,6 +183,37 @@ def test_a_file_name_that_is_not_utf8_is_carried_as_text(tmp_path):
     result = run(hook, tmp_path).archive_result("S", "C")
     assert list(result.output_files) == ["page@q=H\\xf6he.html"]
     assert encode(result)  # msgspec refuses lone surrogates: this is what crashed the fetch task
+
+
+def test_scan_files_lists_regular_files_at_any_depth_and_no_symlink(tmp_path):
+    """``{relpath: (size, mtime_ns)}`` of every file below the root, in subdirectories too;
+    symlinks (to a file or to a directory) neither listed nor followed; a name that is not
+    UTF-8 as text; a missing root or a file as the root: nothing."""
+    root = tmp_path / "plugin"
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "a.txt").write_bytes(b"abc")
+    (root / "sub" / "b.bin").write_bytes(b"12345")
+    (root / "sub" / "deeper" / "c").write_bytes(b"")
+    with open(os.path.join(os.fsencode(root), b"H\xf6he"), "wb") as f:
+        f.write(b"x")
+    (root / "link-to-file").symlink_to(root / "a.txt")
+    (root / "link-to-dir").symlink_to(root / "sub", target_is_directory=True)
+    (tmp_path / "outside.txt").write_bytes(b"out")
+    (root / "sub" / "link-outside").symlink_to(tmp_path / "outside.txt")
+
+    def meta(*parts: str | bytes) -> tuple[int, int]:
+        st = os.lstat(os.path.join(os.fsencode(root), *(os.fsencode(p) for p in parts)))
+        return st.st_size, st.st_mtime_ns
+
+    assert scan_files(root) == {
+        "a.txt": meta("a.txt"),
+        "sub/b.bin": meta("sub", "b.bin"),
+        "sub/deeper/c": meta("sub", "deeper", "c"),
+        "H\\xf6he": meta(b"H\xf6he"),
+    }
+    assert scan_files(tmp_path / "missing") == {}
+    assert scan_files(root / "a.txt") == {}
 
 
 def test_a_daemon_stopped_after_its_deadline_still_reports(tmp_path):
