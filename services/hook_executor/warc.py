@@ -21,9 +21,11 @@ import contextlib
 import json
 import logging
 import os
+import zlib
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from warcio.archiveiterator import ArchiveIterator
@@ -67,10 +69,36 @@ class _VerbatimWriter(WARCWriter):
         pass
 
 
+#: zlib level of the rewritten records. warcio's writer compresses at 9: 13.2 ms of CPU for a corpus
+#: page's WARC (77 KiB), against 8.3 ms at zlib's default, 6, for 0.5 % more bytes.
+GZIP_LEVEL = 6
+
+
+class _GzipMembers:
+    """The file object warcio's writer writes to, gzipping each record as a member of its own at
+    ``GZIP_LEVEL`` (WARC 1.1, annex D: one member per record, so readers can seek to a record).
+    The writer calls ``flush`` once, at the end of each record, which ends the member."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self._member: Any = None
+
+    def write(self, data: bytes) -> None:
+        if self._member is None:
+            self._member = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+        self.out.write(self._member.compress(data))
+
+    def flush(self) -> None:
+        if self._member is not None:
+            self.out.write(self._member.flush())
+            self._member = None
+        self.out.flush()
+
+
 def _rewrite(source: Path, target: Path, addresses: dict[tuple[str, int], str]) -> None:
     tmp = target.with_name(target.name + ".tmp")
     with open(source, "rb") as inp, open(tmp, "wb") as out:
-        writer = _VerbatimWriter(out, gzip=True)
+        writer = _VerbatimWriter(_GzipMembers(out), gzip=False)
         for record in ArchiveIterator(inp, no_record_parse=True, check_digests=False):
             headers = record.rec_headers
             if record.rec_type == "warcinfo" and headers.get_header("WARC-Filename"):
