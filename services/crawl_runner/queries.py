@@ -705,6 +705,11 @@ _TASK_COMPLETE = (
     .values(status=bindparam("v_status"), error=bindparam("v_error"), completed_at=bindparam("v_completed_at"))
     .returning(_task.c.family)
 )
+_TASK_START = (
+    update(_task)
+    .where(_task.c.id == bindparam("g_id"), _task.c.status.in_(TASK_OPEN), _task.c.started_at.is_(None))
+    .values(started_at=bindparam("v_started_at"))
+)
 _TASK_DISPATCH = (
     update(_task)
     .where(_task.c.id.in_(bindparam("g_ids", expanding=True)), _task.c.status == TaskStatus.PLANNED)
@@ -757,12 +762,7 @@ def complete_task(s: Session, task_id_: str, status: TaskStatus, error: str, now
 
 def mark_task_started(s: Session, task_id_: str, now: datetime) -> bool:
     """Note that an executor picked the task up (the pickup deadline no longer applies)."""
-    return _one(
-        s,
-        update(SnapshotTask)
-        .where(SnapshotTask.id == task_id_, SnapshotTask.status.in_(TASK_OPEN), SnapshotTask.started_at.is_(None))
-        .values(started_at=now),
-    )
+    return _one(s, _TASK_START, {"g_id": task_id_, "v_started_at": now})
 
 
 def open_tasks(s: Session, snapshot_id: str, stage: int | None = None) -> list[SnapshotTask]:

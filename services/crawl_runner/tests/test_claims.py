@@ -129,6 +129,23 @@ def test_the_rows_the_runner_holds_show_what_its_guarded_updates_wrote(db):
         assert s.get(Crawl, crawl_id).status == "sealed"
 
 
+def test_a_task_is_marked_picked_up_once_and_only_while_open(db):
+    crawl_id, snapshot_id = _crawl_with_snapshot(db)
+    now = utcnow()
+    with db.write() as s:
+        [snap] = q.claim_queued_snapshots(s, crawl_id, 1, now, timedelta(seconds=60), 1)
+        q.insert_tasks(s, snap, 1, {"fetch": ["wget"], "extract": ["htmltotext"]}, now)
+    fetch, extract = q.task_id(snapshot_id, 1, 1, "fetch"), q.task_id(snapshot_id, 1, 1, "extract")
+    with db.write() as s:
+        assert q.mark_task_started(s, fetch, now)
+        assert not q.mark_task_started(s, fetch, now + timedelta(seconds=5))  # a redelivered task
+        assert q.complete_task(s, extract, TaskStatus.SUCCEEDED, "", now)
+        assert not q.mark_task_started(s, extract, now)  # completed before any executor said so
+    with db.read() as s:
+        assert s.get(SnapshotTask, fetch).started_at == now
+        assert s.get(SnapshotTask, extract).started_at is None
+
+
 def test_crawl_seals_only_without_open_snapshots_and_with_every_seed_in(db):
     crawl_id, snapshot_id = _crawl_with_snapshot(db)
     now = utcnow()
