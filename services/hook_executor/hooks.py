@@ -89,17 +89,20 @@ def scan_files(root: Path) -> dict[str, tuple[int, int]]:
         except OSError:  # gone, unreadable, or not a directory: as os.walk, nothing from it
             continue
         with entries:
-            for entry in entries:
-                try:
-                    if entry.is_symlink():
-                        continue  # not followed, not listed (a link to a directory either)
-                    if entry.is_dir(follow_symlinks=False):
-                        todo.append((entry.path, f"{prefix}{entry.name}/"))
+            try:
+                for entry in entries:
+                    try:
+                        if entry.is_symlink():
+                            continue  # not followed, not listed (a link to a directory either)
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append((entry.path, f"{prefix}{entry.name}/"))
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:  # removed meanwhile
                         continue
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:  # removed meanwhile
-                    continue
-                out[display_path(prefix + entry.name)] = (st.st_size, st.st_mtime_ns)
+                    out[display_path(prefix + entry.name)] = (st.st_size, st.st_mtime_ns)
+            except OSError:  # reading the directory failed part way (as os.walk: the rest of it skipped)
+                continue
     return out
 
 
