@@ -42,7 +42,8 @@ def test_a_ten_page_crawl_s_warcs_have_unique_names_addresses_and_pass_warcio_an
         with open(path, "rb") as fh:
             iterator = ArchiveIterator(fh)
             spans = [(iterator.get_record_offset(), iterator.get_record_length()) for _ in iterator]
-        assert len(spans) == len(records) and spans[-1][0] + spans[-1][1] == len(data)
+        assert spans[0][0] == 0 and spans[-1][0] + spans[-1][1] == len(data)
+        assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False)), spans  # back to back
         for offset, length in spans:  # each record a gzip member of its own (WARC 1.1 annex D)
             member = zlib.decompressobj(zlib.MAX_WBITS + 16)
             assert member.decompress(data[offset : offset + length]).startswith(b"WARC/1.")

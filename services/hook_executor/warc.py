@@ -96,19 +96,33 @@ class _GzipMembers:
 
 
 def _rewrite(source: Path, target: Path, addresses: dict[tuple[str, int], str]) -> None:
+    """Write ``source`` to ``target`` as the module docstring says.
+
+    Raises:
+        ValueError: a record ends before its ``Content-Length`` (wget was killed mid-write, or a
+            member is corrupt): nothing is written, so ``finalize`` keeps the original.
+        OSError: the copy could not be written (its partial file is removed).
+    """
     tmp = target.with_name(target.name + ".tmp")
-    with open(source, "rb") as inp, open(tmp, "wb") as out:
-        writer = _VerbatimWriter(_GzipMembers(out), gzip=False)
-        for record in ArchiveIterator(inp, no_record_parse=True, check_digests=False):
-            headers = record.rec_headers
-            if record.rec_type == "warcinfo" and headers.get_header("WARC-Filename"):
-                headers.replace_header("WARC-Filename", target.name)
-            if record.rec_type in NETWORK_RECORDS and not headers.get_header("WARC-IP-Address"):
-                ip = _address(headers.get_header("WARC-Target-URI") or "", addresses)
-                if ip:
-                    headers.add_header("WARC-IP-Address", ip)
-            writer.write_record(record)
-    os.replace(tmp, target)
+    try:
+        with open(source, "rb") as inp, open(tmp, "wb") as out:
+            writer = _VerbatimWriter(_GzipMembers(out), gzip=False)
+            for record in ArchiveIterator(inp, no_record_parse=True, check_digests=False):
+                headers = record.rec_headers
+                if record.rec_type == "warcinfo" and headers.get_header("WARC-Filename"):
+                    headers.replace_header("WARC-Filename", target.name)
+                if record.rec_type in NETWORK_RECORDS and not headers.get_header("WARC-IP-Address"):
+                    ip = _address(headers.get_header("WARC-Target-URI") or "", addresses)
+                    if ip:
+                        headers.add_header("WARC-IP-Address", ip)
+                writer.write_record(record)
+                short = getattr(record.raw_stream, "limit", 0)  # warcio's LimitReader: bytes not there
+                if short:
+                    raise ValueError(f"a {record.rec_type} record is {short} bytes short of its Content-Length")
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _address(uri: str, addresses: dict[tuple[str, int], str]) -> str:
