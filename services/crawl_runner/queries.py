@@ -761,7 +761,8 @@ def complete_task(s: Session, task_id_: str, status: TaskStatus, error: str, now
 
 
 def mark_task_started(s: Session, task_id_: str, now: datetime) -> bool:
-    """Note that an executor picked the task up (the pickup deadline no longer applies)."""
+    """Note that an executor picked the task up (the pickup deadline no longer applies). A task
+    object this session holds keeps its old ``started_at``."""
     return _one(s, _TASK_START, {"g_id": task_id_, "v_started_at": now})
 
 
