@@ -28,7 +28,7 @@ from boxcar.hook_executor.worker import HookExecutor, SharedResources
 from boxcar.ingest.app import create_app, create_archive_app
 from boxcar.ingest.server import server
 from boxcar.result_projector.projector import ResultProjector
-from boxcar.shared import telemetry
+from boxcar.shared import bus, telemetry
 from boxcar.shared.db import Database
 from boxcar.shared.procutil import limit_malloc_arenas
 from boxcar.shared.service import run_main, setup_logging
@@ -68,6 +68,7 @@ async def main(families: list[str]) -> None:
 
     def stop(signame: str) -> None:
         log.info("%s received: finishing current work", signame)
+        bus.stop_setup_retries()
         for http in servers:
             http.should_exit = True
         for service in (runner, projector, resolver, webhooks, *executors):

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import INPUTS
+from tests.helpers import INPUTS, wait_until
 
 BOXCAR = str(Path(sys.executable).parent / "boxcar")
 
@@ -230,3 +230,46 @@ def test_a_refused_lan_address_is_explained_once_per_crawl(tmp_path, lib_dir):
     assert listed.returncode == 0 and " ".join(listed.stderr.split()).count("URL_ALLOW_PRIVATE=true") == 1
     rows = subprocess.run([BOXCAR, "list", "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert all("private" in json.loads(line)["refusal"] for line in rows.stdout.splitlines())
+
+
+def test_a_stack_stopped_while_jetstream_cannot_answer_its_start_up_exits_at_once(tmp_path, lib_dir):
+    """SIGTERM during start-up while JetStream cannot answer (here a real nats-server without
+    JetStream: every JetStream request has no responders): the one-process stack stops retrying
+    and exits within seconds, not after ``SETUP_RETRY_S`` (two minutes). That is what ``boxcar up``
+    killed during its start-up, NATS going with it, looked like."""
+    import signal
+
+    from boxcar.cli.stack import free_port, nats_server_binary, wait_for_port
+
+    port = free_port()
+    nats = subprocess.Popen([nats_server_binary(), "-a", "127.0.0.1", "-p", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, 20, nats)
+        data = tmp_path / "data"
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "BOXCAR_API_URL")}
+        env.update(
+            DATA_DIR=str(data),
+            ABXPKG_LIB_DIR=str(lib_dir),
+            NATS_URL=f"nats://127.0.0.1:{port}",
+            API_HOST="127.0.0.1",
+            API_PORT=str(free_port()),
+            ARCHIVE_PORT="0",
+            PYTHONUNBUFFERED="1",
+        )
+        log = tmp_path / "allinone.log"
+        with open(log, "wb") as out:
+            stack = subprocess.Popen(
+                [sys.executable, "-m", "boxcar.cli.allinone", "--families", "fetch"], env=env, stderr=out, stdout=out
+            )
+        try:
+            wait_until(lambda: b"JetStream is not answering" in log.read_bytes(), 60, "a start-up retry")
+            stack.send_signal(signal.SIGTERM)
+            stack.wait(30)  # without the stop, it retried for SETUP_RETRY_S (120 s)
+        finally:
+            if stack.poll() is None:
+                stack.kill()
+                stack.wait()
+        assert b"stopping, not retrying" in log.read_bytes(), log.read_text()[-2000:]
+    finally:
+        nats.kill()
+        nats.wait()

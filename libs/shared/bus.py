@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
@@ -229,6 +230,17 @@ SETUP_RETRY_S = 120.0
 
 _UNAVAILABLE = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
 
+#: Set once the process is stopping (``stop_setup_retries``): ``until_available`` retries no more.
+_STOPPING = threading.Event()
+
+
+def stop_setup_retries() -> None:
+    """The process is stopping (its SIGTERM/SIGINT handler calls this): a service still retrying
+    its start-up against a JetStream that cannot answer gives up at its next retry instead of
+    retrying for up to ``SETUP_RETRY_S``. Without it a stack stopped during its start-up while NATS
+    went away with it (``boxcar up`` killed: its children get SIGTERM) lived on for two minutes."""
+    _STOPPING.set()
+
 
 async def until_available[T](what: str, call: Callable[[], Awaitable[T]], within: float = SETUP_RETRY_S) -> T:
     """``await call()``, again (backing off from 0.5 to 5 s) while JetStream cannot answer it —
@@ -237,7 +249,8 @@ async def until_available[T](what: str, call: Callable[[], Awaitable[T]], within
     cluster re-elected its leaders exited at once (found by the cluster fault test).
 
     Raises:
-        what ``call`` raises; the unavailable errors only once ``within`` has passed.
+        what ``call`` raises; the unavailable errors once ``within`` has passed, or at once when
+        the process is stopping (``stop_setup_retries``).
     """
     deadline = time.monotonic() + within
     delay = 0.5
@@ -246,6 +259,9 @@ async def until_available[T](what: str, call: Callable[[], Awaitable[T]], within
             return await call()
         except _UNAVAILABLE as exc:
             if time.monotonic() + delay > deadline:
+                raise
+            if _STOPPING.is_set():
+                log.warning("%s: JetStream is not answering (%s); stopping, not retrying", what, _short(exc))
                 raise
             log.warning("%s: JetStream is not answering (%s); retrying in %.1f s", what, _short(exc), delay)
             await asyncio.sleep(delay)  # back-off before the next attempt, not synchronisation

@@ -85,6 +85,9 @@ async def run_service(
 
     def _stop(signame: str) -> None:
         logging.getLogger(name).info("%s received: finishing current work", signame)
+        from boxcar.shared import bus  # here: the container healthcheck imports this module alone
+
+        bus.stop_setup_retries()
         if not stopping.done():
             stopping.set_result(signame)
 
