@@ -14,14 +14,12 @@ Usage: ``python bench/bench_claims.py [--snapshots 20000] [--replicas 2] [--batc
 from __future__ import annotations
 
 import argparse
-import os
 import threading
 import time
-import uuid
 from collections import Counter
 from datetime import timedelta
 
-import psycopg
+from throwaway import sqlalchemy_url, throwaway_database
 
 from boxcar.crawl_runner import queries as q
 from boxcar.shared.clock import utcnow
@@ -29,8 +27,6 @@ from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl
 from boxcar.shared.ids import new_id
 from boxcar.shared.messages import Seed
-
-PG = os.environ.get("TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432")
 
 
 def fill(db: Database, snapshots: int, crawls: int) -> list[str]:
@@ -98,20 +94,8 @@ def main() -> None:
     if args.db:
         run(args.db, args.snapshots, args.replicas, args.batch, args.crawls)
         return
-    name = f"boxcar_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        run(
-            f"{PG}/{name}".replace("postgresql://", "postgresql+psycopg://"),
-            args.snapshots,
-            args.replicas,
-            args.batch,
-            args.crawls,
-        )
-    finally:
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database() as url:
+        run(sqlalchemy_url(url), args.snapshots, args.replicas, args.batch, args.crawls)
 
 
 if __name__ == "__main__":

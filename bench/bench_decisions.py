@@ -17,15 +17,16 @@ Usage: ``python bench/bench_decisions.py [--snapshots 200] [--runs 3] [--profile
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
-import os
 import pstats
 import tempfile
 import time
-import uuid
+from collections import deque
 from pathlib import Path
 
-import psycopg
+from bench_stack import SIDE_BY_SIDE_DEFAULT
+from throwaway import sqlalchemy_url, throwaway_database
 
 from boxcar.crawl_runner import queries as q
 from boxcar.crawl_runner.decisions import Decisions
@@ -36,12 +37,6 @@ from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl
 from boxcar.shared.messages import HookTask, Seed, TaskCompleted
 from boxcar.shared.settings import Settings
-
-PG = os.environ.get("TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432")
-DEFAULT_SET = (
-    "chrome,title,screenshot,pdf,dom,chrome_mhtml,headers,redirects,responses,consolelog,dns,sslcerts,seo,"
-    "staticfile,parse_dom_outlinks,wget,favicon,htmltotext,trafilatura,parse_html_urls,hashes"
-).split(",")
 
 
 def _tasks(out: list[bus.Outgoing]) -> list[HookTask]:
@@ -59,7 +54,7 @@ def crawl_through(url: str, data_dir: Path, snapshots: int) -> tuple[int, float]
         user="system",
         first_url="https://bench.example/0",
         seed_count=0,
-        plugins=DEFAULT_SET,
+        plugins=list(SIDE_BY_SIDE_DEFAULT),
         config=CrawlConfig.build(settings, runner.catalog, {}, environ={}).values,
         max_depth=0,
     )
@@ -70,11 +65,11 @@ def crawl_through(url: str, data_dir: Path, snapshots: int) -> tuple[int, float]
         seeds = [Seed.parse(f"https://bench{i % 7}.example/{i}") for i in range(snapshots)]
         q.insert_snapshots(s, crawl, seeds, depth=0, parent_id=None, now=utcnow())
     started = time.process_time()
-    pending = _tasks(runner.start_snapshots(crawl.id))
+    pending = deque(_tasks(runner.start_snapshots(crawl.id)))
     runner.mark_dispatched([t.task_id for t in pending])
     completions = 0
     while pending:
-        task = pending.pop(0)
+        task = pending.popleft()
         completions += 1
         out = runner.record_completion(TaskCompleted.of(task, http_status=200), [])
         if any(o.subject == bus.snapshot_event_subject("sealed") for o in out):
@@ -82,7 +77,7 @@ def crawl_through(url: str, data_dir: Path, snapshots: int) -> tuple[int, float]
         more = _tasks(out)
         if more:
             runner.mark_dispatched([t.task_id for t in more])
-        pending += more
+        pending.extend(more)
     cpu = time.process_time() - started
     db.dispose()
     return completions, cpu
@@ -97,26 +92,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             for dialect in ("sqlite", "postgresql"):
-                name = f"boxcar_bench_{uuid.uuid4().hex[:8]}"
-                data_dir = Path(tmp, name)
+                data_dir = Path(tmp, f"run{run}-{dialect}")
                 data_dir.mkdir()
-                if dialect == "sqlite":
-                    url = f"sqlite:///{data_dir / 'index.sqlite3'}"
-                else:
-                    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-                        conn.execute(f'CREATE DATABASE "{name}"')
-                    url = f"{PG}/{name}".replace("postgresql://", "postgresql+psycopg://")
-                profile = cProfile.Profile() if args.profile and dialect == "sqlite" and run == 0 else None
-                try:
+                with contextlib.ExitStack() as stack:
+                    if dialect == "sqlite":
+                        url = f"sqlite:///{data_dir / 'index.sqlite3'}"
+                    else:
+                        url = sqlalchemy_url(stack.enter_context(throwaway_database()))
+                    profile = cProfile.Profile() if args.profile and dialect == "sqlite" and run == 0 else None
                     if profile:
                         profile.enable()
-                    completions, cpu = crawl_through(url, data_dir, args.snapshots)
-                finally:
-                    if profile:
-                        profile.disable()
-                    if dialect == "postgresql":
-                        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-                            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                    try:
+                        completions, cpu = crawl_through(url, data_dir, args.snapshots)
+                    finally:
+                        if profile:
+                            profile.disable()
                 note = " (under cProfile)" if profile else ""
                 print(
                     f"run {run + 1} {dialect}: {args.snapshots} snapshots, {completions} completions, "

@@ -22,15 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import nats
-import psycopg
 from sqlalchemy import func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_claims import PG, fill  # noqa: E402 - the same snapshots as the claims benchmark
+from bench_claims import fill  # noqa: E402 - the same snapshots as the claims benchmark
+from throwaway import throwaway_database  # noqa: E402
 
 from boxcar.cli.stack import free_port, nats_server_binary, wait_for_port  # noqa: E402
 from boxcar.shared import bus  # noqa: E402
@@ -168,14 +167,8 @@ def main() -> None:
     parser.add_argument("--hooks", type=int, default=10)
     parser.add_argument("--replicas", type=int, default=1)
     args = parser.parse_args()
-    name = f"boxcar_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        run(f"{PG}/{name}", args.snapshots, args.hooks, args.replicas)
-    finally:
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_database() as url:
+        run(url, args.snapshots, args.hooks, args.replicas)
 
 
 if __name__ == "__main__":

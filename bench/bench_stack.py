@@ -35,6 +35,12 @@ from boxcar.cli.stack import EmbeddedStack
 from boxcar.shared.settings import DEFAULT_PLUGINS, Settings
 
 NOCHROME = "wget,favicon,htmltotext,trafilatura,hashes"
+#: The side-by-side runs' default set (``../shared/bench``, ``PLUGINS=`` in the README): the default
+#: selection without what ArchiveBox cannot run there too (SingleFile's extension, git, media
+#: downloaders, the Readability and Defuddle extractors), 21 plugins.
+SIDE_BY_SIDE_DEFAULT = tuple(
+    p for p in DEFAULT_PLUGINS if p not in {"singlefile", "git", "ytdlp", "gallerydl", "readability", "defuddle"}
+)
 
 
 def tree(pids: list[int]) -> list[psutil.Process]:

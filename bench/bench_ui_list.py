@@ -13,7 +13,6 @@ Usage: ``python bench/bench_ui_list.py [--snapshots 100000] [--db sqlite,postgre
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import tempfile
@@ -22,9 +21,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 from litestar.testing import TestClient
 from sqlalchemy import insert
+from throwaway import sqlalchemy_url, throwaway_database
 
 from boxcar.ingest.app import create_app
 from boxcar.shared import search
@@ -32,7 +31,6 @@ from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, SnapshotTag, Tag
 from boxcar.shared.settings import Settings
 
-PG_DSN = os.environ.get("TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432")
 WORDS = (
     "archive kestrel river meadow quarry lantern harbour copper violet thunder garden orchard glacier ember "
     "saffron canyon pebble willow falcon marble compass lichen tundra beacon cobalt fern ridge harvest"
@@ -146,15 +144,8 @@ def main() -> None:
             if kind == "sqlite":
                 bench(f"sqlite:///{tmp}/index.sqlite3", Path(tmp), args.snapshots, args.runs, "SQLite")
                 continue
-            name = f"boxcar_bench_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(f"{PG_DSN}/postgres", autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            try:
-                url = f"{PG_DSN}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
-                bench(url, Path(tmp), args.snapshots, args.runs, "Postgres")
-            finally:
-                with psycopg.connect(f"{PG_DSN}/postgres", autocommit=True) as conn:
-                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            with throwaway_database() as url:
+                bench(sqlalchemy_url(url), Path(tmp), args.snapshots, args.runs, "Postgres")
 
 
 if __name__ == "__main__":
