@@ -97,6 +97,8 @@ def scan_files(root: Path) -> dict[str, tuple[int, int]]:
                         if entry.is_dir(follow_symlinks=False):
                             todo.append((entry.path, f"{prefix}{entry.name}/"))
                             continue
+                        if not entry.is_file(follow_symlinks=False):
+                            continue  # a FIFO, socket or device: no output (reading one could block)
                         st = entry.stat(follow_symlinks=False)
                     except OSError:  # removed meanwhile
                         continue

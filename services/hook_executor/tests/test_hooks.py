@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import socket
 import sys
 import textwrap
 import time
@@ -187,8 +188,9 @@ def test_a_file_name_that_is_not_utf8_is_carried_as_text(tmp_path):
 
 def test_scan_files_lists_regular_files_at_any_depth_and_no_symlink(tmp_path):
     """``{relpath: (size, mtime_ns)}`` of every file below the root, in subdirectories too;
-    symlinks (to a file or to a directory) neither listed nor followed; a name that is not
-    UTF-8 as text; a missing root or a file as the root: nothing."""
+    symlinks (to a file or to a directory) neither listed nor followed, nor a FIFO or a socket (a
+    reader of outputs would block on one); a name that is not UTF-8 as text; a missing root or a
+    file as the root: nothing."""
     root = tmp_path / "plugin"
     (root / "sub" / "deeper").mkdir(parents=True)
     (root / "empty").mkdir()
@@ -201,6 +203,10 @@ def test_scan_files_lists_regular_files_at_any_depth_and_no_symlink(tmp_path):
     (root / "link-to-dir").symlink_to(root / "sub", target_is_directory=True)
     (tmp_path / "outside.txt").write_bytes(b"out")
     (root / "sub" / "link-outside").symlink_to(tmp_path / "outside.txt")
+    os.mkfifo(root / "sub" / "fifo")
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(root / "sock"))
+    listening.close()
 
     def meta(*parts: str | bytes) -> tuple[int, int]:
         st = os.lstat(os.path.join(os.fsencode(root), *(os.fsencode(p) for p in parts)))
