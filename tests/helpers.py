@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -193,3 +194,20 @@ def chromium_browser() -> Iterator:
             yield chromium
         finally:
             chromium.close()
+
+
+def assert_one_gzip_member_per_record(path: Path) -> None:
+    """The WARC at ``path`` is its records back to back, each a gzip member of its own (WARC 1.1,
+    annex D: so a reader can seek to a record); AssertionError naming the offset otherwise."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    data = path.read_bytes()
+    with open(path, "rb") as fh:
+        iterator = ArchiveIterator(fh)
+        spans = [(iterator.get_record_offset(), iterator.get_record_length()) for _ in iterator]
+    assert spans[0][0] == 0 and spans[-1][0] + spans[-1][1] == len(data)
+    assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False)), spans  # back to back
+    for offset, length in spans:
+        member = zlib.decompressobj(zlib.MAX_WBITS + 16)
+        assert member.decompress(data[offset : offset + length]).startswith(b"WARC/1.")
+        assert member.eof and member.unused_data == b"", (path.name, offset)

@@ -11,6 +11,7 @@ from pathlib import Path
 from warcio.archiveiterator import ArchiveIterator
 
 from boxcar.hook_executor.warc import from_responses
+from tests.helpers import assert_one_gzip_member_per_record
 
 PAGE = "http://127.0.0.1:9/story/"
 
@@ -72,6 +73,7 @@ def test_the_browser_s_responses_become_warc_records_and_untrusted_lines_are_ski
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert not list((plugin / "warc").glob("*.tmp"))
+    assert_one_gzip_member_per_record(plugin / rel)
 
 
 def test_nothing_is_written_without_a_response_to_keep(tmp_path: Path):
