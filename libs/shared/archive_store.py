@@ -24,19 +24,25 @@ Who uses it (``STORE_URL``): executors capture a task in a scratch dir, ``downlo
 snapshot's earlier files into it first and ``upload_tree`` the task's plugin dirs before they
 publish its results; the projector writes ``index.jsonl`` and reads text for the search index
 through it; ingest mirrors a snapshot into its local cache (``download_tree``, unchanged files
-skipped) before it serves, replays or exports its files. With the default local store all of that
-is a no-op and every service works in ``DATA_DIR`` as before.
+skipped) before it serves, replays or exports its files, and removes the least recently used
+copies once they pass ``STORE_CACHE_MAX`` (``LocalCopies``). With the default local store all of
+that is a no-op and every service works in ``DATA_DIR`` as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import shutil
+import stat
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path, PurePosixPath
@@ -47,7 +53,7 @@ import obstore
 from obstore.exceptions import BaseError, NotFoundError
 from obstore.store import LocalStore, S3Store
 
-from boxcar.shared.storage import write_atomic
+from boxcar.shared.storage import SNAPSHOT_DIR_GLOB, write_atomic
 
 if TYPE_CHECKING:
     from obstore.store import S3Config
@@ -74,6 +80,112 @@ def store_endpoint(url: str, environ: Mapping[str, str] | None = None) -> str:
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL")
 _SHARED: dict[tuple[str, ...], ArchiveStore] = {}
 _SHARED_LOCK = threading.Lock()
+
+#: Seconds a local copy stays after its last use, whatever the cache's size: a page being served, a
+#: replay reading its WARC by ranges, or another process's copy (its directory's mtime) is never
+#: removed from under it.
+CACHE_HOLD = 60.0
+
+#: The prefixes ``ArchiveStore.pinned`` holds in this context (None: not inside one).
+_PINNED: ContextVar[list[tuple[LocalCopies, str]] | None] = ContextVar("boxcar_store_pinned", default=None)
+
+
+class LocalCopies:
+    """The local copies ``ArchiveStore.local_copy`` keeps of a bucket's snapshot directories under
+    one cache root (``root/<prefix>``), at most ``limit`` bytes of them (0: no limit): past it, the
+    least recently used are removed (down to 90 % of the limit), except one used less than ``hold``
+    seconds ago (by this process, or by another: the directory's mtime, which every use sets), one
+    a ``pinned`` block holds, and the one just asked for. A cache can so exceed its limit for a
+    while; nothing in use is removed. Copies an earlier process left are found by a scan in the
+    background (``storage.SNAPSHOT_DIR_GLOB``; ``scanned`` is set once it is done) and are the
+    first to go, oldest mtime first. Thread-safe."""
+
+    def __init__(self, root: Path, limit: int, hold: float = CACHE_HOLD) -> None:
+        self.root = root
+        self.limit = limit
+        self.hold = hold
+        self.total = 0  #: bytes of the copies known, as last measured
+        self._sizes: OrderedDict[str, int] = OrderedDict()  # prefix -> bytes, least recent first
+        self._used: dict[str, float] = {}  # prefix -> time.monotonic() of its last use here
+        self._pins: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.scanned = threading.Event()
+        threading.Thread(target=self._scan, name="store-cache-scan", daemon=True).start()
+
+    def use(self, prefix: str, measure: bool) -> None:
+        """Note a use of ``root/prefix`` now (its mtime too); ``measure``: it was just brought up to
+        date, so its size is counted again."""
+        path = self.root / prefix
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        size = _tree_bytes(path) if measure or prefix not in self._sizes else None
+        with self._lock:
+            if size is not None:
+                self.total += size - self._sizes.get(prefix, 0)
+                self._sizes[prefix] = size
+            self._sizes.move_to_end(prefix)
+            self._used[prefix] = time.monotonic()
+
+    def pin(self, prefix: str) -> None:
+        """Keep ``root/prefix`` until as many ``unpin`` calls."""
+        with self._lock:
+            self._pins[prefix] = self._pins.get(prefix, 0) + 1
+
+    def unpin(self, prefix: str) -> None:
+        """Undo one ``pin``."""
+        with self._lock:
+            left = self._pins.get(prefix, 0) - 1
+            if left > 0:
+                self._pins[prefix] = left
+            else:
+                self._pins.pop(prefix, None)
+
+    def over(self) -> bool:
+        """Whether the copies known pass the limit (always False without one)."""
+        return bool(self.limit) and self.total > self.limit
+
+    def victims(self, keep: str) -> Iterator[str]:
+        """The copies to remove, least recently used first, until the known total is within 90 % of
+        the limit; the caller removes each (``removed``) or skips it (one being copied right now)."""
+        with self._lock:
+            candidates = list(self._sizes)
+        floor = self.limit * 0.9
+        now, wall = time.monotonic(), time.time()
+        for prefix in candidates:
+            if self.total <= floor:
+                return
+            if prefix == keep or self._pins.get(prefix) or now - self._used.get(prefix, -math.inf) < self.hold:
+                continue
+            try:
+                if wall - (self.root / prefix).stat().st_mtime < self.hold:
+                    continue  # used by another process on the same cache
+            except FileNotFoundError:
+                self.removed(prefix)  # deleted meanwhile (a snapshot deleted from the UI)
+                continue
+            yield prefix
+
+    def removed(self, prefix: str) -> None:
+        """Forget ``root/prefix`` (just removed)."""
+        with self._lock:
+            self.total -= self._sizes.pop(prefix, 0)
+            self._used.pop(prefix, None)
+
+    def _scan(self) -> None:
+        found = []
+        try:
+            for path in self.root.glob(SNAPSHOT_DIR_GLOB):
+                with contextlib.suppress(OSError):
+                    if path.is_dir() and not path.is_symlink():
+                        found.append((path.stat().st_mtime, path.relative_to(self.root).as_posix(), _tree_bytes(path)))
+        finally:
+            with self._lock:
+                for _, prefix, size in sorted(found, reverse=True):  # the oldest end up first
+                    if prefix in self._sizes:
+                        continue  # used since this process started: its place is its use
+                    self._sizes[prefix] = size
+                    self._sizes.move_to_end(prefix, last=False)
+                    self.total += size
+            self.scanned.set()
 
 
 class StoreUnavailable(OSError):
@@ -106,14 +218,27 @@ class ArchiveStore:
         name: how messages name it (``DATA_DIR /data`` or ``s3://bucket/prefix``), never credentials.
         local_root: the directory, when the store is the local disk: there executors write in
             place and nothing moves (``upload_tree`` from inside it is a no-op).
+        cache_limit: bytes of ``local_copy``'s copies of a bucket kept under each cache root
+            (``STORE_CACHE_MAX``; 0: no limit; ``LocalCopies``); nothing for the local store.
+        cache_hold: seconds a copy stays after its last use whatever the limit (``CACHE_HOLD``).
     """
 
-    def __init__(self, store: Any, name: str, local_root: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        name: str,
+        local_root: Path | None = None,
+        cache_limit: int = 0,
+        cache_hold: float = CACHE_HOLD,
+    ) -> None:
         self.store = store
         self.name = name
         self.local_root = local_root
+        self.cache_limit = cache_limit
+        self.cache_hold = cache_hold
         self._locks = [threading.Lock() for _ in range(64)]  # one prefix is copied by one thread
         self._fresh: dict[str, float] = {}
+        self._copies: dict[Path, LocalCopies] = {}
 
     @property
     def is_remote(self) -> bool:
@@ -129,10 +254,11 @@ class ArchiveStore:
         Raises:
             ValueError: as ``from_url``.
         """
-        key = (settings.store_url, str(settings.data_dir), *(os.environ.get(k, "") for k in CREDENTIAL_ENV))
+        limit = int(getattr(settings, "store_cache_max", 0))
+        key = (settings.store_url, str(settings.data_dir), str(limit), *(os.environ.get(k, "") for k in CREDENTIAL_ENV))
         with _SHARED_LOCK:
             if key not in _SHARED:
-                _SHARED[key] = cls.from_url(settings.store_url, settings.data_dir)
+                _SHARED[key] = cls.from_url(settings.store_url, settings.data_dir, cache_limit=limit)
             return _SHARED[key]
 
     @classmethod
@@ -143,11 +269,12 @@ class ArchiveStore:
         return cls(LocalStore(str(root)), f"DATA_DIR {root}", root)
 
     @classmethod
-    def from_url(cls, url: str, data_dir: Path) -> ArchiveStore:
+    def from_url(cls, url: str, data_dir: Path, cache_limit: int = 0) -> ArchiveStore:
         """``""`` or ``file:`` → ``local(data_dir)``; ``s3://bucket[/prefix][?endpoint=http://host:port&region=r]``
         → that bucket. Credentials come from the environment as AWS tools read them
         (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), never from the URL;
         an ``http://`` endpoint (a store on the LAN) is allowed because it is named explicitly.
+        ``cache_limit``: as the constructor's, for a bucket.
 
         Raises:
             ValueError: another scheme, no bucket, or credentials in the URL.
@@ -180,7 +307,7 @@ class ArchiveStore:
             client_options={"allow_http": endpoint.startswith("http://"), "connect_timeout": timedelta(seconds=5)},
             retry_config={"max_retries": 10, "retry_timeout": RETRY_TIMEOUT},
         )
-        return cls(store, f"s3://{parts.hostname}/{prefix or ''}")
+        return cls(store, f"s3://{parts.hostname}/{prefix or ''}", cache_limit=cache_limit)
 
     # --- one object
 
@@ -310,7 +437,9 @@ class ArchiveStore:
         works on paths (serving with byte ranges, WACZ exports): on the local store the directory
         itself; on a bucket ``cache_root/prefix``, brought up to date with ``download_tree`` unless
         that was done less than ``max_age`` seconds ago (a page and its many files cost one listing).
-        Files deleted from the bucket stay in the cache.
+        Files deleted from the bucket stay in the copy. Copies past ``cache_limit`` bytes are
+        removed, least recently used first (``LocalCopies``); code that needs several copies at
+        once for longer than ``cache_hold`` takes them inside ``pinned``.
 
         Raises:
             StoreUnavailable: the store did not answer.
@@ -319,13 +448,65 @@ class ArchiveStore:
         if self.local_root is not None:
             return self.local_root / prefix
         target = cache_root / prefix
+        copies = self.local_copies(cache_root) if self.cache_limit else None
         with self._locks[hash(prefix) % len(self._locks)]:
-            if time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age:
+            stale = time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age
+            if stale:
                 self.download_tree(prefix, target)
                 if len(self._fresh) > 4096:
                     self._fresh.clear()
                 self._fresh[prefix] = time.monotonic()
+            if copies is not None:
+                copies.use(prefix, measure=stale)
+                pinned = _PINNED.get()
+                if pinned is not None:
+                    copies.pin(prefix)
+                    pinned.append((copies, prefix))
+        if copies is not None and copies.over():
+            self._trim(copies, keep=prefix)
         return target
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Inside, the copies ``local_copy`` hands out (in this thread or task) are not removed,
+        however long the block takes or large they are in all: a WACZ export of many snapshots
+        collects them all before it packs them."""
+        taken: list[tuple[LocalCopies, str]] = []
+        token = _PINNED.set(taken)
+        try:
+            yield
+        finally:
+            _PINNED.reset(token)
+            for copies, prefix in taken:
+                copies.unpin(prefix)
+
+    def local_copies(self, cache_root: Path) -> LocalCopies:
+        """The bookkeeping of ``local_copy``'s copies under ``cache_root`` (one per root, made on
+        first use; its scan of what is there starts then)."""
+        with _SHARED_LOCK:
+            copies = self._copies.get(cache_root)
+            if copies is None:
+                copies = self._copies[cache_root] = LocalCopies(cache_root, self.cache_limit, self.cache_hold)
+            return copies
+
+    def _trim(self, copies: LocalCopies, keep: str) -> None:
+        """Remove least recently used copies of ``copies`` until within its limit (see there)."""
+        for victim in copies.victims(keep):
+            lock = self._locks[hash(victim) % len(self._locks)]
+            if not lock.acquire(blocking=False):
+                continue  # being copied (or sharing a lock with one that is): not now
+            try:
+                shutil.rmtree(copies.root / victim, ignore_errors=True)
+                self._fresh.pop(victim, None)
+                copies.removed(victim)
+            finally:
+                lock.release()
+            parent = (copies.root / victim).parent
+            with contextlib.suppress(OSError):  # the date and host levels it leaves empty
+                while parent != copies.root and parent.name != "archive":
+                    parent.rmdir()
+                    parent = parent.parent
+            log.info("removed the local copy of %s (the copies passed STORE_CACHE_MAX)", victim)
 
     def read_inside(self, key: str, root: str, limit: int | None = None) -> bytes:
         """Up to ``limit`` bytes (all when None) of the object ``key``, which must lie under the
@@ -392,6 +573,18 @@ def _files_under(root: Path, top: Path) -> Iterator[Path]:
         if not path.resolve().is_relative_to(top):
             continue
         yield path
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (links not followed); 0 when it is gone."""
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(directory, name))
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total
 
 
 def _first_line(exc: BaseException) -> str:

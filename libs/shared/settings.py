@@ -106,6 +106,12 @@ class Settings(BaseSettings):
             "executors capture in a scratch dir and need no shared volume; DATA_DIR is a local cache"
         ),
     )
+    store_cache_max: Annotated[int, NoDecode] = Field(
+        default=10 * 1024**3,
+        ge=0,
+        description="With a bucket (STORE_URL): bytes of snapshot copies the UI keeps in DATA_DIR to serve, replay "
+        "and export them; past it the least recently used go, none used in the last minute (0 = no limit; 500m, 2g …)",
+    )
     db_pool_size: int = Field(
         default=5, ge=1, description="Postgres connections each process keeps open (SQLAlchemy pool_size)"
     )
@@ -412,7 +418,7 @@ class Settings(BaseSettings):
                     raise ValueError(f"TRUSTED_PROXIES: {item!r} is no IP address or CIDR network") from exc
         return value
 
-    @field_validator("snapshot_max_size", mode="before")
+    @field_validator("snapshot_max_size", "store_cache_max", mode="before")
     @classmethod
     def _size(cls, value: object) -> object:
         if isinstance(value, str):

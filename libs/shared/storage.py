@@ -89,6 +89,11 @@ def snapshot_dir(user: str, bookmarked_at: datetime, url: str, snapshot_id: str)
     )
 
 
+#: ``snapshot_dir``'s paths as a glob pattern (relative to ``DATA_DIR`` or a copy of it): a
+#: snapshot's directory is the 7th level below the root.
+SNAPSHOT_DIR_GLOB = "archive/users/*/snapshots/*/*/*"
+
+
 def crawl_dir(user: str, created_at: datetime, first_url: str, crawl_id: str) -> str:
     """Relative path of a crawl's dir (``CRAWL_DIR`` for crawl-scoped hooks)."""
     return "/".join(

@@ -252,6 +252,20 @@ def write_wacz(
         ExportError: none of the snapshots has a WARC (no wget or other WARC-writing result), or
             py-wacz refused the input (its message).
     """
+    with store.pinned():  # every copy stays until the WACZ is written, however many (STORE_CACHE_MAX)
+        return _write_wacz(db, store, cache, ids, out, title=title, progress=progress)
+
+
+def _write_wacz(
+    db: Database,
+    store: ArchiveStore,
+    cache: Path,
+    ids: list[str],
+    out: Path,
+    *,
+    title: str,
+    progress: Callable[[str], None],
+) -> int:
     from wacz.main import main as wacz_main
 
     progress(f"collecting the WARCs of {len(ids)} snapshot(s)")

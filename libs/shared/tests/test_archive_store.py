@@ -221,3 +221,69 @@ def test_a_file_url_names_the_data_dir_or_is_refused(tmp_path):
     )
     with pytest.raises(ValueError, match="set DATA_DIR"):
         ArchiveStore.from_url("file:///elsewhere", tmp_path / "data")
+
+
+def _snap(i: int) -> str:
+    return f"archive/users/system/snapshots/20261204/example.com/0{i}"
+
+
+def test_local_copies_past_store_cache_max_go_least_recently_used_first_none_in_use(store, tmp_path):
+    """``STORE_CACHE_MAX``: with a bucket, the copies ``local_copy`` keeps under a cache root are
+    trimmed to the limit, least recently used first; the copy asked for, one used within the hold,
+    and those a ``pinned`` block holds stay; a removed copy comes back whole when asked for again;
+    copies an earlier process left are found and go first. The local store is the data dir
+    itself: nothing of it is ever removed."""
+    for i in range(5):
+        store.put_bytes(f"{_snap(i)}/wget/index.html", bytes([i]) * 100_000)
+    if not store.is_remote:
+        limited = ArchiveStore(store.store, store.name, store.local_root, cache_limit=1, cache_hold=0)
+        for i in range(5):
+            assert limited.local_copy(_snap(i), tmp_path / "cache") == store.local_root / _snap(i)
+        assert all((store.local_root / _snap(i) / "wget" / "index.html").is_file() for i in range(5))
+        return
+    cache = tmp_path / "cache"
+    left = cache / _snap(9) / "wget" / "index.html"  # an earlier process's copy, last used an hour ago
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"x" * 100_000)
+    os.utime(cache / _snap(9), (os.path.getmtime(left) - 3600,) * 2)
+    limited = ArchiveStore(store.store, store.name, cache_limit=250_000, cache_hold=0)
+    assert limited.local_copies(cache).scanned.wait(30)
+
+    def kept() -> list[int]:
+        return [i for i in (0, 1, 2, 3, 4, 9) if (cache / _snap(i)).is_dir()]
+
+    limited.local_copy(_snap(0), cache, max_age=0)
+    assert kept() == [0, 9]
+    limited.local_copy(_snap(1), cache, max_age=0)
+    assert kept() == [0, 1]  # 300,000 bytes: the leftover went first, down to 90 %
+    limited.local_copy(_snap(2), cache, max_age=0)
+    assert kept() == [1, 2]  # then 0, the least recently used
+    limited.local_copy(_snap(1), cache, max_age=0)  # 1 used again: 2 is now the older
+    limited.local_copy(_snap(3), cache, max_age=0)
+    assert kept() == [1, 3]
+    again = limited.local_copy(_snap(0), cache, max_age=0)  # removed before: copied again, whole
+    assert (again / "wget" / "index.html").read_bytes() == bytes([0]) * 100_000
+    assert kept() == [0, 3]
+
+    with limited.pinned():  # an export: everything it takes stays until it ends
+        for i in range(5):
+            limited.local_copy(_snap(i), cache, max_age=0)
+        assert kept() == [0, 1, 2, 3, 4]
+    limited.local_copy(_snap(4), cache, max_age=0)
+    assert kept() == [3, 4]
+
+    held = ArchiveStore(store.store, store.name, cache_limit=1, cache_hold=3600)  # all used within the hold
+    held_cache = tmp_path / "held"
+    for i in range(5):
+        held.local_copy(_snap(i), held_cache, max_age=0)
+    assert all((held_cache / _snap(i) / "wget" / "index.html").is_file() for i in range(5))
+
+
+def test_store_cache_max_is_a_size_setting(tmp_path, monkeypatch):
+    from boxcar.shared.settings import Settings
+
+    monkeypatch.setenv("STORE_CACHE_MAX", "2g")
+    assert Settings(data_dir=tmp_path).store_cache_max == 2 * 1024**3
+    monkeypatch.setenv("STORE_CACHE_MAX", "lots")
+    with pytest.raises(ValueError, match="500m or 2g"):
+        Settings(data_dir=tmp_path)
