@@ -86,6 +86,12 @@ _SHARED_LOCK = threading.Lock()
 #: removed from under it.
 CACHE_HOLD = 60.0
 
+#: The file ``local_copy`` leaves in a copy it made (a directory that was not there before it):
+#: only such directories are ever removed, so an archive of the data dir's own (one that was there
+#: before ``STORE_URL`` named a bucket, with files the bucket may not have) never is. Served as
+#: nothing: archived files whose names start with a dot are never served.
+COPY_MARKER = ".boxcar-copy"
+
 #: The prefixes ``ArchiveStore.pinned`` holds in this context (None: not inside one).
 _PINNED: ContextVar[list[tuple[LocalCopies, str]] | None] = ContextVar("boxcar_store_pinned", default=None)
 
@@ -95,10 +101,10 @@ class LocalCopies:
     one cache root (``root/<prefix>``), at most ``limit`` bytes of them (0: no limit): past it, the
     least recently used are removed (down to 90 % of the limit), except one used less than ``hold``
     seconds ago (by this process, or by another: the directory's mtime, which every use sets), one
-    a ``pinned`` block holds, and the one just asked for. A cache can so exceed its limit for a
-    while; nothing in use is removed. Copies an earlier process left are found by a scan in the
-    background (``storage.SNAPSHOT_DIR_GLOB``; ``scanned`` is set once it is done) and are the
-    first to go, oldest mtime first. Thread-safe."""
+    a ``pinned`` block holds, and the one just asked for. Only copies with ``COPY_MARKER`` count.
+    A cache can so exceed its limit for a while; nothing in use is removed. Copies an earlier
+    process left are found by a scan in the background (``storage.SNAPSHOT_DIR_GLOB``; ``scanned``
+    is set once it is done) and are the first to go, oldest mtime first. Thread-safe."""
 
     def __init__(self, root: Path, limit: int, hold: float = CACHE_HOLD) -> None:
         self.root = root
@@ -114,10 +120,14 @@ class LocalCopies:
 
     def use(self, prefix: str, measure: bool) -> None:
         """Note a use of ``root/prefix`` now (its mtime too); ``measure``: it was just brought up to
-        date, so its size is counted again."""
+        date, so its size is counted again. Nothing for a directory without ``COPY_MARKER``."""
         path = self.root / prefix
-        with contextlib.suppress(OSError):
+        try:
             os.utime(path)
+            if not os.path.isfile(path / COPY_MARKER):
+                return
+        except OSError:
+            return
         size = _tree_bytes(path) if measure or prefix not in self._sizes else None
         with self._lock:
             if size is not None:
@@ -175,7 +185,7 @@ class LocalCopies:
         try:
             for path in self.root.glob(SNAPSHOT_DIR_GLOB):
                 with contextlib.suppress(OSError):
-                    if path.is_dir() and not path.is_symlink():
+                    if path.is_dir() and not path.is_symlink() and (path / COPY_MARKER).is_file():
                         found.append((path.stat().st_mtime, path.relative_to(self.root).as_posix(), _tree_bytes(path)))
         finally:
             with self._lock:
@@ -452,7 +462,10 @@ class ArchiveStore:
         with self._locks[hash(prefix) % len(self._locks)]:
             stale = time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age
             if stale:
+                new = not os.path.lexists(target)
                 self.download_tree(prefix, target)
+                if new and target.is_dir():
+                    (target / COPY_MARKER).touch()
                 if len(self._fresh) > 4096:
                     self._fresh.clear()
                 self._fresh[prefix] = time.monotonic()

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from boxcar.shared.archive_store import ArchiveStore, StoredFile, StoreUnavailable, check_key
+from boxcar.shared.archive_store import COPY_MARKER, ArchiveStore, StoredFile, StoreUnavailable, check_key
 from tests.s3_server import CREDENTIALS, S3Server
 
 SNAP = "archive/users/system/snapshots/20261204/example.com/01a2"
@@ -231,8 +231,9 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first_none_in_
     """``STORE_CACHE_MAX``: with a bucket, the copies ``local_copy`` keeps under a cache root are
     trimmed to the limit, least recently used first; the copy asked for, one used within the hold,
     and those a ``pinned`` block holds stay; a removed copy comes back whole when asked for again;
-    copies an earlier process left are found and go first. The local store is the data dir
-    itself: nothing of it is ever removed."""
+    copies an earlier process left are found and go first; a directory that was there before
+    (the data dir's own archive) is never removed. The local store is the data dir itself: nothing
+    of it is ever removed."""
     for i in range(5):
         store.put_bytes(f"{_snap(i)}/wget/index.html", bytes([i]) * 100_000)
     if not store.is_remote:
@@ -245,11 +246,18 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first_none_in_
     left = cache / _snap(9) / "wget" / "index.html"  # an earlier process's copy, last used an hour ago
     left.parent.mkdir(parents=True)
     left.write_bytes(b"x" * 100_000)
-    os.utime(cache / _snap(9), (os.path.getmtime(left) - 3600,) * 2)
+    (cache / _snap(9) / COPY_MARKER).touch()
+    own = cache / _snap(8) / "wget" / "index.html"  # the data dir's own archive, from before the bucket
+    own.parent.mkdir(parents=True)
+    own.write_bytes(b"y" * 100_000)
+    store.put_bytes(f"{_snap(8)}/title/title.txt", b"in the bucket too")
+    for old in (_snap(9), _snap(8)):
+        os.utime(cache / old, (os.path.getmtime(left) - 3600,) * 2)
     limited = ArchiveStore(store.store, store.name, cache_limit=250_000, cache_hold=0)
     assert limited.local_copies(cache).scanned.wait(30)
 
     def kept() -> list[int]:
+        assert own.read_bytes() == b"y" * 100_000  # never counted, never removed
         return [i for i in (0, 1, 2, 3, 4, 9) if (cache / _snap(i)).is_dir()]
 
     limited.local_copy(_snap(0), cache, max_age=0)
@@ -271,6 +279,11 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first_none_in_
         assert kept() == [0, 1, 2, 3, 4]
     limited.local_copy(_snap(4), cache, max_age=0)
     assert kept() == [3, 4]
+    limited.local_copy(_snap(8), cache, max_age=0)  # brought up to date, still not a copy of ours
+    assert (cache / _snap(8) / "title" / "title.txt").read_bytes() == b"in the bucket too"
+    for i in range(3):
+        limited.local_copy(_snap(i), cache, max_age=0)
+    assert kept() == [1, 2]
 
     held = ArchiveStore(store.store, store.name, cache_limit=1, cache_hold=3600)  # all used within the hold
     held_cache = tmp_path / "held"
