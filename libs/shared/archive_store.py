@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
@@ -82,51 +82,67 @@ _SHARED: dict[tuple[str, ...], ArchiveStore] = {}
 _SHARED_LOCK = threading.Lock()
 
 #: Seconds a local copy stays after its last use, whatever the cache's size: a page being served, a
-#: replay reading its WARC by ranges, or another process's copy (its directory's mtime) is never
-#: removed from under it.
+#: replay reading its WARC by ranges, or another process's copy (its directory's mtime, which every
+#: use sets, and which a ``pinned`` block keeps fresh) is never removed from under it.
 CACHE_HOLD = 60.0
+
+#: Seconds between scans of a cache root for copies other processes made (a CLI export, another
+#: ingest on the same volume) or left (an earlier process); the first starts at once.
+CACHE_RESCAN = 600.0
 
 #: The file ``local_copy`` leaves in a copy it made (a directory that was not there before it):
 #: only such directories are ever removed, so an archive of the data dir's own (one that was there
-#: before ``STORE_URL`` named a bucket, with files the bucket may not have) never is. Served as
-#: nothing: archived files whose names start with a dot are never served.
+#: before ``STORE_URL`` named a bucket, with files the bucket may not have) never is. Never served
+#: (archived files whose names start with a dot are not), and never taken from or put in a bucket.
 COPY_MARKER = ".boxcar-copy"
 
-#: The prefixes ``ArchiveStore.pinned`` holds in this context (None: not inside one).
+#: In the name a copy being removed is renamed to (``.<id>.removing-<pid>-<thread>``), beside it.
+_REMOVING = ".removing-"
+
+#: The copies ``ArchiveStore.pinned`` holds in this context (None: not inside one).
 _PINNED: ContextVar[list[tuple[LocalCopies, str]] | None] = ContextVar("boxcar_store_pinned", default=None)
 
 
 class LocalCopies:
     """The local copies ``ArchiveStore.local_copy`` keeps of a bucket's snapshot directories under
-    one cache root (``root/<prefix>``), at most ``limit`` bytes of them (0: no limit): past it, the
-    least recently used are removed (down to 90 % of the limit), except one used less than ``hold``
-    seconds ago (by this process, or by another: the directory's mtime, which every use sets), one
-    a ``pinned`` block holds, and the one just asked for. Only copies with ``COPY_MARKER`` count.
-    A cache can so exceed its limit for a while; nothing in use is removed. Copies an earlier
-    process left are found by a scan in the background (``storage.SNAPSHOT_DIR_GLOB``; ``scanned``
-    is set once it is done) and are the first to go, oldest mtime first. Thread-safe."""
+    one cache root (``root/<prefix>``), at most ``limit`` bytes of them (0: no limit, no removal):
+    past it ``trim`` removes the least recently used (down to 90 % of the limit), except one used
+    less than ``hold`` seconds ago (by this process; or by another: the directory's mtime, which
+    every use sets), one a ``pinned`` block holds, and the one just asked for. A cache can so exceed
+    its limit for a while; nothing in use is removed. Only directories with ``COPY_MARKER`` count.
+    Copies other processes made or left are found by a scan in a background thread, at once and
+    every ``CACHE_RESCAN`` seconds (``scanned`` is set after the first), the oldest (by mtime) put
+    first. ``lock_for(prefix)`` is the lock ``local_copy`` holds while it copies ``prefix``: a copy
+    is only removed under it (taken without waiting: one being copied is skipped), renamed out of
+    view first, then deleted. Thread-safe; one trim runs at a time."""
 
-    def __init__(self, root: Path, limit: int, hold: float = CACHE_HOLD) -> None:
+    def __init__(
+        self,
+        root: Path,
+        limit: int,
+        hold: float,
+        lock_for: Callable[[str], threading.Lock],
+        rescan: float = CACHE_RESCAN,
+    ) -> None:
         self.root = root
         self.limit = limit
         self.hold = hold
         self.total = 0  #: bytes of the copies known, as last measured
+        self.scanned = threading.Event()
+        self._lock_for = lock_for
         self._sizes: OrderedDict[str, int] = OrderedDict()  # prefix -> bytes, least recent first
         self._used: dict[str, float] = {}  # prefix -> time.monotonic() of its last use here
         self._pins: dict[str, int] = {}
         self._lock = threading.Lock()
-        self.scanned = threading.Event()
-        threading.Thread(target=self._scan, name="store-cache-scan", daemon=True).start()
+        self._trimming = threading.Lock()
+        if limit:
+            threading.Thread(target=self._scans, args=(rescan,), name="store-cache-scan", daemon=True).start()
 
     def use(self, prefix: str, measure: bool) -> None:
-        """Note a use of ``root/prefix`` now (its mtime too); ``measure``: it was just brought up to
-        date, so its size is counted again. Nothing for a directory without ``COPY_MARKER``."""
+        """Note a use of the copy ``root/prefix`` now; ``measure``: its files changed (or it is
+        new here), so its size is counted again. Nothing for a directory without ``COPY_MARKER``."""
         path = self.root / prefix
-        try:
-            os.utime(path)
-            if not os.path.isfile(path / COPY_MARKER):
-                return
-        except OSError:
+        if not self.limit or not os.path.isfile(path / COPY_MARKER):
             return
         size = _tree_bytes(path) if measure or prefix not in self._sizes else None
         with self._lock:
@@ -150,52 +166,96 @@ class LocalCopies:
             else:
                 self._pins.pop(prefix, None)
 
-    def over(self) -> bool:
-        """Whether the copies known pass the limit (always False without one)."""
-        return bool(self.limit) and self.total > self.limit
-
-    def victims(self, keep: str) -> Iterator[str]:
-        """The copies to remove, least recently used first, until the known total is within 90 % of
-        the limit; the caller removes each (``removed``) or skips it (one being copied right now)."""
-        with self._lock:
-            candidates = list(self._sizes)
-        floor = self.limit * 0.9
-        now, wall = time.monotonic(), time.time()
-        for prefix in candidates:
-            if self.total <= floor:
-                return
-            if prefix == keep or self._pins.get(prefix) or now - self._used.get(prefix, -math.inf) < self.hold:
-                continue
-            try:
-                if wall - (self.root / prefix).stat().st_mtime < self.hold:
-                    continue  # used by another process on the same cache
-            except FileNotFoundError:
-                self.removed(prefix)  # deleted meanwhile (a snapshot deleted from the UI)
-                continue
-            yield prefix
-
-    def removed(self, prefix: str) -> None:
-        """Forget ``root/prefix`` (just removed)."""
+    def forget(self, prefix: str) -> None:
+        """Stop counting ``root/prefix`` (removed, here or by someone else)."""
         with self._lock:
             self.total -= self._sizes.pop(prefix, 0)
             self._used.pop(prefix, None)
 
+    def over(self) -> bool:
+        """Whether the copies known pass the limit (always False without one)."""
+        return bool(self.limit) and self.total > self.limit
+
+    def trim(self, keep: str | None = None) -> list[str]:
+        """Remove copies, least recently used first, until the known total is within 90 % of the
+        limit (see the class); returns the prefixes removed. Returns at once, removing nothing,
+        while another thread trims. An error removing one is logged and that copy skipped."""
+        removed: list[str] = []
+        if not self.over() or not self._trimming.acquire(blocking=False):
+            return removed
+        try:
+            with self._lock:
+                candidates = list(self._sizes)
+            for prefix in candidates:
+                if self.total <= self.limit * 0.9:
+                    break
+                if prefix != keep and self._remove(prefix):
+                    removed.append(prefix)
+        finally:
+            self._trimming.release()
+        return removed
+
+    def _remove(self, prefix: str) -> bool:
+        lock = self._lock_for(prefix)
+        if not lock.acquire(blocking=False):
+            return False  # being copied (or sharing a lock with one that is): not now
+        path = self.root / prefix
+        try:
+            with self._lock:
+                if self._pins.get(prefix) or time.monotonic() - self._used.get(prefix, -math.inf) < self.hold:
+                    return False
+            try:
+                if time.time() - path.stat().st_mtime < self.hold:
+                    return False  # used by another process on the same cache
+                if not (path / COPY_MARKER).is_file():
+                    self.forget(prefix)  # gone, or made again by someone else as no copy of ours
+                    return False
+                aside = path.with_name(f".{path.name}{_REMOVING}{os.getpid()}-{threading.get_ident()}")
+                os.rename(path, aside)  # out of view at once; a copy asked for again is made afresh
+            except FileNotFoundError:
+                self.forget(prefix)  # removed meanwhile (a snapshot deleted, another trim)
+                return False
+            except OSError as exc:
+                log.warning("could not remove the local copy of %s: %s", prefix, exc)
+                return False
+            self.forget(prefix)
+        finally:
+            lock.release()
+        shutil.rmtree(aside, ignore_errors=True)
+        log.info("removed the local copy of %s (the copies passed STORE_CACHE_MAX)", prefix)
+        return True
+
+    def _scans(self, every: float) -> None:
+        while True:
+            try:
+                self._scan()
+            except Exception:  # noqa: BLE001 - a background thread: logged, tried again next time
+                log.exception("scanning the local copies under %s failed", self.root)
+            self.scanned.set()
+            self.trim()
+            time.sleep(every)
+
     def _scan(self) -> None:
         found = []
-        try:
-            for path in self.root.glob(SNAPSHOT_DIR_GLOB):
-                with contextlib.suppress(OSError):
-                    if path.is_dir() and not path.is_symlink() and (path / COPY_MARKER).is_file():
-                        found.append((path.stat().st_mtime, path.relative_to(self.root).as_posix(), _tree_bytes(path)))
-        finally:
-            with self._lock:
-                for _, prefix, size in sorted(found, reverse=True):  # the oldest end up first
-                    if prefix in self._sizes:
-                        continue  # used since this process started: its place is its use
-                    self._sizes[prefix] = size
-                    self._sizes.move_to_end(prefix, last=False)
-                    self.total += size
-            self.scanned.set()
+        for path in self.root.glob(SNAPSHOT_DIR_GLOB):
+            if path.name.startswith(".") and _REMOVING in path.name:
+                shutil.rmtree(path, ignore_errors=True)  # set aside by a trim that did not finish
+                continue
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink() and (path / COPY_MARKER).is_file():
+                    found.append((path.stat().st_mtime, path.relative_to(self.root).as_posix()))
+        measured = [(mtime, prefix, _tree_bytes(self.root / prefix)) for mtime, prefix in found]
+        seen = {prefix for _, prefix in found}
+        with self._lock:
+            for prefix in [p for p in self._sizes if p not in seen and not (self.root / p).is_dir()]:
+                self.total -= self._sizes.pop(prefix)  # removed by someone else
+                self._used.pop(prefix, None)
+            for _, prefix, size in sorted(measured, reverse=True):  # the oldest end up first
+                if prefix in self._sizes:
+                    continue  # known here: its place is its last use
+                self._sizes[prefix] = size
+                self._sizes.move_to_end(prefix, last=False)
+                self.total += size
 
 
 class StoreUnavailable(OSError):
@@ -394,6 +454,8 @@ class ArchiveStore:
         files = size = 0
         for root in roots:
             for path in _files_under(root, local_dir):
+                if path.parent == local_dir and path.name == COPY_MARKER:
+                    continue  # the mark of a local copy, not a file of the archive
                 key = f"{prefix}/{path.relative_to(local_dir).as_posix()}"
                 try:
                     key.encode("utf-8")
@@ -419,6 +481,8 @@ class ArchiveStore:
         for key, size, stamp in self._entries(prefix):
             relative = PurePosixPath(key[len(prefix) + 1 :])
             check_key(str(relative))
+            if str(relative) == COPY_MARKER:
+                continue  # never a file of the archive: it would make an archive's own dir a copy
             target = local_dir.joinpath(*relative.parts)
             try:
                 known = target.stat()
@@ -448,8 +512,8 @@ class ArchiveStore:
         itself; on a bucket ``cache_root/prefix``, brought up to date with ``download_tree`` unless
         that was done less than ``max_age`` seconds ago (a page and its many files cost one listing).
         Files deleted from the bucket stay in the copy. Copies past ``cache_limit`` bytes are
-        removed, least recently used first (``LocalCopies``); code that needs several copies at
-        once for longer than ``cache_hold`` takes them inside ``pinned``.
+        removed, least recently used first (``LocalCopies``); code that needs several copies for
+        longer than ``cache_hold`` takes them inside ``pinned``.
 
         Raises:
             StoreUnavailable: the store did not answer.
@@ -458,24 +522,29 @@ class ArchiveStore:
         if self.local_root is not None:
             return self.local_root / prefix
         target = cache_root / prefix
-        copies = self.local_copies(cache_root) if self.cache_limit else None
+        copies = self.local_copies(cache_root)
         with self._locks[hash(prefix) % len(self._locks)]:
-            stale = time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age
-            if stale:
-                new = not os.path.lexists(target)
-                self.download_tree(prefix, target)
-                if new and target.is_dir():
-                    (target / COPY_MARKER).touch()
+            new = not os.path.lexists(target)
+            ours = new or os.path.isfile(target / COPY_MARKER)
+            if not new:
+                with contextlib.suppress(OSError):
+                    os.utime(target)  # in use, for other processes' trims, before the copying starts
+            wrote = 0
+            if time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age:
+                try:
+                    wrote = self.download_tree(prefix, target)
+                finally:  # a copy interrupted part way is still one of ours
+                    if ours and target.is_dir() and not os.path.isfile(target / COPY_MARKER):
+                        (target / COPY_MARKER).touch()
                 if len(self._fresh) > 4096:
                     self._fresh.clear()
                 self._fresh[prefix] = time.monotonic()
-            if copies is not None:
-                copies.use(prefix, measure=stale)
-                pinned = _PINNED.get()
-                if pinned is not None:
-                    copies.pin(prefix)
-                    pinned.append((copies, prefix))
-        if copies is not None and copies.over():
+            copies.use(prefix, measure=new or wrote > 0)
+            pinned = _PINNED.get()
+            if pinned is not None:
+                copies.pin(prefix)
+                pinned.append((copies, prefix))
+        if pinned is None:
             self._trim(copies, keep=prefix)
         return target
 
@@ -483,43 +552,57 @@ class ArchiveStore:
     def pinned(self) -> Iterator[None]:
         """Inside, the copies ``local_copy`` hands out (in this thread or task) are not removed,
         however long the block takes or large they are in all: a WACZ export of many snapshots
-        collects them all before it packs them."""
+        collects them all before it packs them. Their mtimes are kept fresh meanwhile, so other
+        processes' trims leave them alone too. On the way out the caches are trimmed."""
+        if _PINNED.get() is not None:  # inside another: that one holds them
+            yield
+            return
         taken: list[tuple[LocalCopies, str]] = []
         token = _PINNED.set(taken)
+        done = threading.Event()
+
+        def keep_fresh() -> None:
+            while not done.wait(max(self.cache_hold / 3, 1.0)):
+                for copies, prefix in list(taken):
+                    with contextlib.suppress(OSError):
+                        os.utime(copies.root / prefix)
+
+        keeper = threading.Thread(target=keep_fresh, name="store-cache-pins", daemon=True)
+        keeper.start()
         try:
             yield
         finally:
+            done.set()
             _PINNED.reset(token)
             for copies, prefix in taken:
                 copies.unpin(prefix)
+            for copies in {id(c): c for c, _ in taken}.values():
+                self._trim(copies, keep=None)
+
+    def forget_copy(self, prefix: str) -> None:
+        """The local copies of ``prefix`` are gone (a snapshot deleted): stop counting them and
+        copy afresh when asked for again."""
+        with _SHARED_LOCK:
+            every = list(self._copies.values())
+        for copies in every:
+            copies.forget(prefix)
+        self._fresh.pop(prefix, None)
 
     def local_copies(self, cache_root: Path) -> LocalCopies:
         """The bookkeeping of ``local_copy``'s copies under ``cache_root`` (one per root, made on
-        first use; its scan of what is there starts then)."""
+        first use; with a limit, its scans of what is there start then)."""
         with _SHARED_LOCK:
             copies = self._copies.get(cache_root)
             if copies is None:
-                copies = self._copies[cache_root] = LocalCopies(cache_root, self.cache_limit, self.cache_hold)
+                copies = LocalCopies(
+                    cache_root, self.cache_limit, self.cache_hold, lambda p: self._locks[hash(p) % len(self._locks)]
+                )
+                self._copies[cache_root] = copies
             return copies
 
-    def _trim(self, copies: LocalCopies, keep: str) -> None:
-        """Remove least recently used copies of ``copies`` until within its limit (see there)."""
-        for victim in copies.victims(keep):
-            lock = self._locks[hash(victim) % len(self._locks)]
-            if not lock.acquire(blocking=False):
-                continue  # being copied (or sharing a lock with one that is): not now
-            try:
-                shutil.rmtree(copies.root / victim, ignore_errors=True)
-                self._fresh.pop(victim, None)
-                copies.removed(victim)
-            finally:
-                lock.release()
-            parent = (copies.root / victim).parent
-            with contextlib.suppress(OSError):  # the date and host levels it leaves empty
-                while parent != copies.root and parent.name != "archive":
-                    parent.rmdir()
-                    parent = parent.parent
-            log.info("removed the local copy of %s (the copies passed STORE_CACHE_MAX)", victim)
+    def _trim(self, copies: LocalCopies, keep: str | None) -> None:
+        for prefix in copies.trim(keep):
+            self._fresh.pop(prefix, None)
 
     def read_inside(self, key: str, root: str, limit: int | None = None) -> bytes:
         """Up to ``limit`` bytes (all when None) of the object ``key``, which must lie under the

@@ -109,8 +109,9 @@ class Settings(BaseSettings):
     store_cache_max: Annotated[int, NoDecode] = Field(
         default=10 * 1024**3,
         ge=0,
-        description="With a bucket (STORE_URL): bytes of snapshot copies the UI keeps in DATA_DIR to serve, replay "
-        "and export them; past it the least recently used go, none used in the last minute (0 = no limit; 500m, 2g …)",
+        description="With a bucket (STORE_URL): bytes of snapshot copies a process (ingest, `boxcar export`) keeps in "
+        "DATA_DIR to serve, replay and export them; past it the least recently used go, none used in the last minute "
+        "(0 = no limit; 500m, 2g …)",
     )
     db_pool_size: int = Field(
         default=5, ge=1, description="Postgres connections each process keeps open (SQLAlchemy pool_size)"

@@ -601,6 +601,7 @@ class SnapshotLibrary:
         path = (self.data_dir / output_dir).resolve() if output_dir else None
         if path is not None and path != archive and path.is_relative_to(archive) and path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
+            self.store.forget_copy(output_dir)
 
     # ------------------------------------------------------------------ crawls
 

@@ -6,7 +6,9 @@ store that cannot be reached."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import time
 
 import pytest
 
@@ -227,21 +229,30 @@ def _snap(i: int) -> str:
     return f"archive/users/system/snapshots/20261204/example.com/0{i}"
 
 
-def test_local_copies_past_store_cache_max_go_least_recently_used_first_none_in_use(store, tmp_path):
-    """``STORE_CACHE_MAX``: with a bucket, the copies ``local_copy`` keeps under a cache root are
-    trimmed to the limit, least recently used first; the copy asked for, one used within the hold,
-    and those a ``pinned`` block holds stay; a removed copy comes back whole when asked for again;
-    copies an earlier process left are found and go first; a directory that was there before
-    (the data dir's own archive) is never removed. The local store is the data dir itself: nothing
-    of it is ever removed."""
+@pytest.fixture
+def bucket(tmp_path) -> ArchiveStore:
+    """A bucket as ``local_copy`` sees one (obstore's LocalStore behind a store with no local root:
+    every copy goes through ``download_tree``), holding five 100,000-byte snapshots 0..4."""
+    from obstore.store import LocalStore
+
+    (tmp_path / "bucket").mkdir()
+    store = ArchiveStore(LocalStore(str(tmp_path / "bucket")), "bucket")
+    assert store.is_remote
     for i in range(5):
         store.put_bytes(f"{_snap(i)}/wget/index.html", bytes([i]) * 100_000)
-    if not store.is_remote:
-        limited = ArchiveStore(store.store, store.name, store.local_root, cache_limit=1, cache_hold=0)
-        for i in range(5):
-            assert limited.local_copy(_snap(i), tmp_path / "cache") == store.local_root / _snap(i)
-        assert all((store.local_root / _snap(i) / "wget" / "index.html").is_file() for i in range(5))
-        return
+    return store
+
+
+def _limited(bucket: ArchiveStore, limit: int, hold: float) -> ArchiveStore:
+    return ArchiveStore(bucket.store, bucket.name, cache_limit=limit, cache_hold=hold)
+
+
+def test_local_copies_past_store_cache_max_go_least_recently_used_first(bucket, tmp_path):
+    """``STORE_CACHE_MAX``: the copies ``local_copy`` keeps under a cache root are trimmed to 90 %
+    of the limit, least recently used first; copies an earlier process left (found by the scan) go
+    first, and one left half removed is deleted; a removed copy comes back whole when asked for
+    again; a directory that was there before (the data dir's own archive) is never counted or
+    removed; a ``pinned`` block's copies stay until it ends."""
     cache = tmp_path / "cache"
     left = cache / _snap(9) / "wget" / "index.html"  # an earlier process's copy, last used an hour ago
     left.parent.mkdir(parents=True)
@@ -250,11 +261,15 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first_none_in_
     own = cache / _snap(8) / "wget" / "index.html"  # the data dir's own archive, from before the bucket
     own.parent.mkdir(parents=True)
     own.write_bytes(b"y" * 100_000)
-    store.put_bytes(f"{_snap(8)}/title/title.txt", b"in the bucket too")
+    bucket.put_bytes(f"{_snap(8)}/title/title.txt", b"in the bucket too")
     for old in (_snap(9), _snap(8)):
         os.utime(cache / old, (os.path.getmtime(left) - 3600,) * 2)
-    limited = ArchiveStore(store.store, store.name, cache_limit=250_000, cache_hold=0)
+    aside = cache / _snap(9).replace("/09", "/.07.removing-1-2")  # a removal cut short by a crash
+    aside.mkdir()
+    (aside / "index.html").write_bytes(b"z")
+    limited = _limited(bucket, 250_000, hold=0)
     assert limited.local_copies(cache).scanned.wait(30)
+    assert not aside.exists()
 
     def kept() -> list[int]:
         assert own.read_bytes() == b"y" * 100_000  # never counted, never removed
@@ -272,24 +287,64 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first_none_in_
     again = limited.local_copy(_snap(0), cache, max_age=0)  # removed before: copied again, whole
     assert (again / "wget" / "index.html").read_bytes() == bytes([0]) * 100_000
     assert kept() == [0, 3]
+    assert not [p for p in (cache / _snap(0)).parent.iterdir() if p.name.startswith(".")]  # none left aside
 
     with limited.pinned():  # an export: everything it takes stays until it ends
         for i in range(5):
             limited.local_copy(_snap(i), cache, max_age=0)
         assert kept() == [0, 1, 2, 3, 4]
-    limited.local_copy(_snap(4), cache, max_age=0)
-    assert kept() == [3, 4]
+    assert kept() == [3, 4]  # trimmed on the way out
     limited.local_copy(_snap(8), cache, max_age=0)  # brought up to date, still not a copy of ours
     assert (cache / _snap(8) / "title" / "title.txt").read_bytes() == b"in the bucket too"
+    assert not (cache / _snap(8) / COPY_MARKER).exists()
     for i in range(3):
         limited.local_copy(_snap(i), cache, max_age=0)
     assert kept() == [1, 2]
+    assert bucket.list(_snap(1)) == [StoredFile(f"{_snap(1)}/wget/index.html", 100_000)]  # the bucket untouched
 
-    held = ArchiveStore(store.store, store.name, cache_limit=1, cache_hold=3600)  # all used within the hold
-    held_cache = tmp_path / "held"
-    for i in range(5):
-        held.local_copy(_snap(i), held_cache, max_age=0)
-    assert all((held_cache / _snap(i) / "wget" / "index.html").is_file() for i in range(5))
+
+def test_a_copy_in_use_stays_past_the_limit(bucket, tmp_path):
+    """Within the hold a copy stays however far past the limit: one this process used, one another
+    process used (only its mtime says so), and always the one just asked for; a copy removed by
+    someone else (a deleted snapshot) stops counting."""
+    cache = tmp_path / "cache"
+    mine = _limited(bucket, 1, hold=3600)
+    for i in range(3):
+        mine.local_copy(_snap(i), cache, max_age=0)
+    assert all((cache / _snap(i) / "wget" / "index.html").is_file() for i in range(3))
+
+    other = _limited(bucket, 1, hold=3600)  # another process on the same volume: nothing in memory
+    assert other.local_copies(cache).scanned.wait(30)
+    other.local_copy(_snap(3), cache, max_age=0)
+    assert all((cache / _snap(i)).is_dir() for i in range(4))  # their mtimes are fresh
+    for i in range(4):
+        os.utime(cache / _snap(i), (time.time() - 7200,) * 2)  # ... an hour and more ago
+    other.local_copy(_snap(4), cache, max_age=0)  # 0..2 were found by the scan; 3 is its own, used within the hold
+    assert [i for i in range(5) if (cache / _snap(i)).is_dir()] == [3, 4]
+
+    alone = _limited(bucket, 1, hold=0)
+    lone = tmp_path / "lone"
+    alone.local_copy(_snap(0), lone, max_age=0)
+    assert (lone / _snap(0) / "wget" / "index.html").is_file()  # the one asked for, alone past the limit
+    copies = alone.local_copies(lone)
+    shutil.rmtree(lone / _snap(0))
+    alone.forget_copy(_snap(0))
+    assert copies.total == 0 and not copies.over()
+
+
+def test_the_mark_of_a_copy_never_goes_up_or_down(bucket, tmp_path):
+    task = tmp_path / "task"
+    (task / "wget").mkdir(parents=True)
+    (task / "wget" / "index.html").write_bytes(b"page")
+    (task / COPY_MARKER).touch()
+    bucket.upload_tree(task, _snap(7))
+    assert [f.key for f in bucket.list(_snap(7))] == [f"{_snap(7)}/wget/index.html"]
+    bucket.put_bytes(f"{_snap(6)}/{COPY_MARKER}", b"")  # one that came from elsewhere
+    bucket.put_bytes(f"{_snap(6)}/wget/index.html", b"page")
+    own = tmp_path / "own"
+    (own / _snap(6)).mkdir(parents=True)
+    bucket.download_tree(_snap(6), own / _snap(6))
+    assert not (own / _snap(6) / COPY_MARKER).exists()
 
 
 def test_store_cache_max_is_a_size_setting(tmp_path, monkeypatch):
