@@ -252,45 +252,33 @@ def write_wacz(
         ExportError: none of the snapshots has a WARC (no wget or other WARC-writing result), or
             py-wacz refused the input (its message).
     """
-    with store.pinned():  # every copy stays until the WACZ is written, however many (STORE_CACHE_MAX)
-        return _write_wacz(db, store, cache, ids, out, title=title, progress=progress)
-
-
-def _write_wacz(
-    db: Database,
-    store: ArchiveStore,
-    cache: Path,
-    ids: list[str],
-    out: Path,
-    *,
-    title: str,
-    progress: Callable[[str], None],
-) -> int:
     from wacz.main import main as wacz_main
 
-    progress(f"collecting the WARCs of {len(ids)} snapshot(s)")
-    warcs, pages = _warcs_and_pages(db, store, cache, ids)
-    if not warcs:
-        raise ExportError("none of the selected snapshots has a WARC (the wget plugin writes them)")
-    names: dict[str, Path] = {}
-    for path in warcs:  # a WACZ keeps them all in one archive/ folder: a second of a name would be lost
-        if names.setdefault(path.name, path) != path:
-            raise ExportError(f"two WARCs are named {path.name} ({names[path.name]} and {path}): rename one")
-    with tempfile.TemporaryDirectory(prefix="boxcar-wacz-") as tmp:
-        pages_file = Path(tmp) / "pages.jsonl"
-        with pages_file.open("w") as fh:
-            fh.write(json.dumps({"format": "json-pages-1.0", "id": "pages", "title": title, "hasText": True}) + "\n")
-            for page in pages:
-                fh.write(json.dumps(page, ensure_ascii=False) + "\n")
-        progress(f"indexing {len(warcs)} WARC file(s) into {out.name}")
-        noise = io.StringIO()
-        args = ["create", "-o", str(out), "-p", str(pages_file), "--copy-pages", "--title", title[:200]]
-        with contextlib.redirect_stdout(noise):
-            code = wacz_main([*args, *map(str, warcs)])
-        if code:
-            raise ExportError(f"py-wacz could not package the WARCs: {noise.getvalue().strip()[-500:]}")
-    progress(f"wrote {out} ({out.stat().st_size:,} bytes, {len(pages)} page(s))")
-    return len(pages)
+    with store.pinned():  # every copy stays until the WACZ is written, however many (STORE_CACHE_MAX)
+        progress(f"collecting the WARCs of {len(ids)} snapshot(s)")
+        warcs, pages = _warcs_and_pages(db, store, cache, ids)
+        if not warcs:
+            raise ExportError("none of the selected snapshots has a WARC (the wget plugin writes them)")
+        names: dict[str, Path] = {}
+        for path in warcs:  # a WACZ keeps them all in one archive/ folder: a second of a name would be lost
+            if names.setdefault(path.name, path) != path:
+                raise ExportError(f"two WARCs are named {path.name} ({names[path.name]} and {path}): rename one")
+        with tempfile.TemporaryDirectory(prefix="boxcar-wacz-") as tmp:
+            pages_file = Path(tmp) / "pages.jsonl"
+            with pages_file.open("w") as fh:
+                header = {"format": "json-pages-1.0", "id": "pages", "title": title, "hasText": True}
+                fh.write(json.dumps(header) + "\n")
+                for page in pages:
+                    fh.write(json.dumps(page, ensure_ascii=False) + "\n")
+            progress(f"indexing {len(warcs)} WARC file(s) into {out.name}")
+            noise = io.StringIO()
+            args = ["create", "-o", str(out), "-p", str(pages_file), "--copy-pages", "--title", title[:200]]
+            with contextlib.redirect_stdout(noise):
+                code = wacz_main([*args, *map(str, warcs)])
+            if code:
+                raise ExportError(f"py-wacz could not package the WARCs: {noise.getvalue().strip()[-500:]}")
+        progress(f"wrote {out} ({out.stat().st_size:,} bytes, {len(pages)} page(s))")
+        return len(pages)
 
 
 def crawl_exists(db: Database, crawl_id: str) -> bool:
