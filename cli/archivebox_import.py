@@ -41,7 +41,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from boxcar.shared.archive_store import COPY_MARKER, ArchiveStore
+from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.clock import utcnow
 from boxcar.shared.db import Database, attach_tags
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot, Status, dedup_key, url_hash
@@ -694,8 +694,6 @@ def _import_snapshot(
         )
     if store.is_remote:
         store.upload_tree(data_dir / out_dir, out_dir)
-        if (data_dir / out_dir).is_dir():  # now a local copy like ingest's (STORE_CACHE_MAX)
-            (data_dir / out_dir / COPY_MARKER).touch()
     now = utcnow()
     with db.write() as s:
         key = dedup_key(user, hashed)

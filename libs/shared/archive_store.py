@@ -32,6 +32,7 @@ that is a no-op and every service works in ``DATA_DIR`` as before.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import math
 import os
@@ -105,16 +106,18 @@ _PINNED: ContextVar[list[tuple[LocalCopies, str]] | None] = ContextVar("boxcar_s
 
 class LocalCopies:
     """The local copies ``ArchiveStore.local_copy`` keeps of a bucket's snapshot directories under
-    one cache root (``root/<prefix>``), at most ``limit`` bytes of them (0: no limit, no removal):
-    past it ``trim`` removes the least recently used (down to 90 % of the limit), except one used
-    less than ``hold`` seconds ago (by this process; or by another: the directory's mtime, which
-    every use sets), one a ``pinned`` block holds, and the one just asked for. A cache can so exceed
-    its limit for a while; nothing in use is removed. Only directories with ``COPY_MARKER`` count.
-    Copies other processes made or left are found by a scan in a background thread, at once and
-    every ``CACHE_RESCAN`` seconds (``scanned`` is set after the first), the oldest (by mtime) put
-    first. ``lock_for(prefix)`` is the lock ``local_copy`` holds while it copies ``prefix``: a copy
-    is only removed under it (taken without waiting: one being copied is skipped), renamed out of
-    view first, then deleted. Thread-safe; one trim runs at a time."""
+    one cache root (``root/<prefix>``), at most ``limit`` bytes of them (0: no limit, no removal),
+    counting every copy on the volume, other processes' too (each process holds the volume to its
+    own limit): past it ``trim`` removes the least recently used (down to 90 % of the limit), except
+    one used less than ``hold`` seconds ago (by this process; or by another: the directory's mtime,
+    which every use sets and a ``pinned`` block keeps fresh), one a ``pinned`` block here holds,
+    one being copied (a shared ``flock`` on its ``COPY_MARKER``, which ``local_copy`` holds while
+    it copies, in any process; removal takes it exclusively), and the one just asked for. A cache can
+    so exceed its limit for a while. Only directories with ``COPY_MARKER`` count. A copy is renamed
+    out of view, then deleted. Copies other processes made or left are found by ``scan``: with a
+    limit, in a background thread at once and every ``rescan`` seconds (None: only when called),
+    the oldest (by mtime) put first; ``scanned`` is set after the first. Thread-safe; one trim runs
+    at a time."""
 
     def __init__(
         self,
@@ -122,7 +125,7 @@ class LocalCopies:
         limit: int,
         hold: float,
         lock_for: Callable[[str], threading.Lock],
-        rescan: float = CACHE_RESCAN,
+        rescan: float | None = CACHE_RESCAN,
     ) -> None:
         self.root = root
         self.limit = limit
@@ -135,14 +138,15 @@ class LocalCopies:
         self._pins: dict[str, int] = {}
         self._lock = threading.Lock()
         self._trimming = threading.Lock()
-        if limit:
+        if limit and rescan is not None:
             threading.Thread(target=self._scans, args=(rescan,), name="store-cache-scan", daemon=True).start()
 
     def use(self, prefix: str, measure: bool) -> None:
         """Note a use of the copy ``root/prefix`` now; ``measure``: its files changed (or it is
-        new here), so its size is counted again. Nothing for a directory without ``COPY_MARKER``."""
+        new here), so its size is counted again. Nothing without a limit, or for a directory
+        without ``COPY_MARKER`` (or a link)."""
         path = self.root / prefix
-        if not self.limit or not os.path.isfile(path / COPY_MARKER):
+        if not self.limit or path.is_symlink() or not os.path.isfile(path / COPY_MARKER):
             return
         size = _tree_bytes(path) if measure or prefix not in self._sizes else None
         with self._lock:
@@ -198,26 +202,38 @@ class LocalCopies:
     def _remove(self, prefix: str) -> bool:
         lock = self._lock_for(prefix)
         if not lock.acquire(blocking=False):
-            return False  # being copied (or sharing a lock with one that is): not now
+            return False  # being copied here (or sharing a lock with one that is): not now
         path = self.root / prefix
         try:
             with self._lock:
                 if self._pins.get(prefix) or time.monotonic() - self._used.get(prefix, -math.inf) < self.hold:
                     return False
             try:
-                if time.time() - path.stat().st_mtime < self.hold:
-                    return False  # used by another process on the same cache
-                if not (path / COPY_MARKER).is_file():
-                    self.forget(prefix)  # gone, or made again by someone else as no copy of ours
-                    return False
-                aside = path.with_name(f".{path.name}{_REMOVING}{os.getpid()}-{threading.get_ident()}")
-                os.rename(path, aside)  # out of view at once; a copy asked for again is made afresh
+                if path.is_symlink() or not path.is_dir():
+                    raise FileNotFoundError(path)
+                fd = os.open(path / COPY_MARKER, os.O_RDONLY | os.O_NOFOLLOW)
             except FileNotFoundError:
-                self.forget(prefix)  # removed meanwhile (a snapshot deleted, another trim)
+                self.forget(prefix)  # gone, or made again by someone else as no copy of ours
                 return False
             except OSError as exc:
                 log.warning("could not remove the local copy of %s: %s", prefix, exc)
                 return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no process is copying it
+                if time.time() - path.stat().st_mtime < self.hold:
+                    return False  # used by another process on the same cache
+                aside = path.with_name(f".{path.name}{_REMOVING}{os.getpid()}-{threading.get_ident()}")
+                os.rename(path, aside)  # out of view at once; a copy asked for again is made afresh
+            except BlockingIOError:
+                return False
+            except FileNotFoundError:
+                self.forget(prefix)
+                return False
+            except OSError as exc:
+                log.warning("could not remove the local copy of %s: %s", prefix, exc)
+                return False
+            finally:
+                os.close(fd)
             self.forget(prefix)
         finally:
             lock.release()
@@ -228,31 +244,36 @@ class LocalCopies:
     def _scans(self, every: float) -> None:
         while True:
             try:
-                self._scan()
+                self.scan()
+                self.scanned.set()
+                self.trim()
             except Exception:  # noqa: BLE001 - a background thread: logged, tried again next time
                 log.exception("scanning the local copies under %s failed", self.root)
-            self.scanned.set()
-            self.trim()
             time.sleep(every)
 
-    def _scan(self) -> None:
+    def scan(self) -> None:
+        """Find the copies under ``root`` (``storage.SNAPSHOT_DIR_GLOB`` with ``COPY_MARKER``):
+        count the ones not known here (the oldest first in line), forget known ones that are gone,
+        and delete what a removal cut short left."""
+        with self._lock:
+            known = set(self._sizes)
         found = []
         for path in self.root.glob(SNAPSHOT_DIR_GLOB):
             if path.name.startswith(".") and _REMOVING in path.name:
-                shutil.rmtree(path, ignore_errors=True)  # set aside by a trim that did not finish
+                shutil.rmtree(path, ignore_errors=True)  # set aside by a removal that did not finish
                 continue
             with contextlib.suppress(OSError):
                 if path.is_dir() and not path.is_symlink() and (path / COPY_MARKER).is_file():
                     found.append((path.stat().st_mtime, path.relative_to(self.root).as_posix()))
-        measured = [(mtime, prefix, _tree_bytes(self.root / prefix)) for mtime, prefix in found]
         seen = {prefix for _, prefix in found}
+        measured = [(mtime, prefix, _tree_bytes(self.root / prefix)) for mtime, prefix in found if prefix not in known]
         with self._lock:
             for prefix in [p for p in self._sizes if p not in seen and not (self.root / p).is_dir()]:
                 self.total -= self._sizes.pop(prefix)  # removed by someone else
                 self._used.pop(prefix, None)
             for _, prefix, size in sorted(measured, reverse=True):  # the oldest end up first
-                if prefix in self._sizes:
-                    continue  # known here: its place is its last use
+                if prefix in self._sizes or not (self.root / prefix / COPY_MARKER).is_file():
+                    continue  # used here since, or removed since
                 self._sizes[prefix] = size
                 self._sizes.move_to_end(prefix, last=False)
                 self.total += size
@@ -291,6 +312,8 @@ class ArchiveStore:
         cache_limit: bytes of ``local_copy``'s copies of a bucket kept under each cache root
             (``STORE_CACHE_MAX``; 0: no limit; ``LocalCopies``); nothing for the local store.
         cache_hold: seconds a copy stays after its last use whatever the limit (``CACHE_HOLD``).
+        cache_rescan: seconds between scans for other processes' copies (None: no scanning thread;
+            ``LocalCopies.scan`` when called).
     """
 
     def __init__(
@@ -300,12 +323,14 @@ class ArchiveStore:
         local_root: Path | None = None,
         cache_limit: int = 0,
         cache_hold: float = CACHE_HOLD,
+        cache_rescan: float | None = CACHE_RESCAN,
     ) -> None:
         self.store = store
         self.name = name
         self.local_root = local_root
         self.cache_limit = cache_limit
         self.cache_hold = cache_hold
+        self.cache_rescan = cache_rescan
         self._locks = [threading.Lock() for _ in range(64)]  # one prefix is copied by one thread
         self._fresh: dict[str, float] = {}
         self._copies: dict[Path, LocalCopies] = {}
@@ -524,22 +549,18 @@ class ArchiveStore:
         target = cache_root / prefix
         copies = self.local_copies(cache_root)
         with self._locks[hash(prefix) % len(self._locks)]:
-            new = not os.path.lexists(target)
-            ours = new or os.path.isfile(target / COPY_MARKER)
-            if not new:
-                with contextlib.suppress(OSError):
-                    os.utime(target)  # in use, for other processes' trims, before the copying starts
-            wrote = 0
-            if time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age:
-                try:
+            held = self._hold_copy(target)  # None: the data dir's own archive, never a copy
+            try:
+                wrote = 0
+                if time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age:
                     wrote = self.download_tree(prefix, target)
-                finally:  # a copy interrupted part way is still one of ours
-                    if ours and target.is_dir() and not os.path.isfile(target / COPY_MARKER):
-                        (target / COPY_MARKER).touch()
-                if len(self._fresh) > 4096:
-                    self._fresh.clear()
-                self._fresh[prefix] = time.monotonic()
-            copies.use(prefix, measure=new or wrote > 0)
+                    if len(self._fresh) > 4096:
+                        self._fresh.clear()
+                    self._fresh[prefix] = time.monotonic()
+            finally:
+                if held is not None:
+                    os.close(held)
+            copies.use(prefix, measure=wrote > 0)
             pinned = _PINNED.get()
             if pinned is not None:
                 copies.pin(prefix)
@@ -547,6 +568,37 @@ class ArchiveStore:
         if pinned is None:
             self._trim(copies, keep=prefix)
         return target
+
+    @staticmethod
+    def _hold_copy(target: Path) -> int | None:
+        """Make ``target`` a copy if it is not there yet (the directory and its ``COPY_MARKER``
+        first, so one cut short by a crash is still a copy), set its mtime (in use) and return a
+        file descriptor holding a shared ``flock`` on its marker, which keeps any process's removal
+        away until it is closed; None for a directory that was there without a marker (never a
+        copy: left as it is). A removal that renamed the copy away while we waited for the lock
+        makes us start again with a new one."""
+        for _ in range(3):
+            if not os.path.lexists(target):
+                target.mkdir(parents=True, exist_ok=True)
+                (target / COPY_MARKER).touch()
+            marker = target / COPY_MARKER
+            try:
+                fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                if target.is_dir() and not target.is_symlink():
+                    return None  # the data dir's own archive
+                continue  # removed meanwhile: make it again
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a removal renames it
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(marker))
+            except FileNotFoundError:
+                same = False
+            if same:
+                with contextlib.suppress(OSError):
+                    os.utime(target)
+                return fd
+            os.close(fd)  # renamed away by a removal: a new copy
+        raise StoreUnavailable(f"the local copy {target} kept being removed while it was made")
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:
@@ -595,7 +647,11 @@ class ArchiveStore:
             copies = self._copies.get(cache_root)
             if copies is None:
                 copies = LocalCopies(
-                    cache_root, self.cache_limit, self.cache_hold, lambda p: self._locks[hash(p) % len(self._locks)]
+                    cache_root,
+                    self.cache_limit,
+                    self.cache_hold,
+                    lambda p: self._locks[hash(p) % len(self._locks)],
+                    self.cache_rescan,
                 )
                 self._copies[cache_root] = copies
             return copies

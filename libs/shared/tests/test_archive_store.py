@@ -244,7 +244,8 @@ def bucket(tmp_path) -> ArchiveStore:
 
 
 def _limited(bucket: ArchiveStore, limit: int, hold: float) -> ArchiveStore:
-    return ArchiveStore(bucket.store, bucket.name, cache_limit=limit, cache_hold=hold)
+    """A store on ``bucket`` whose copies are bounded; its scans run when a test calls them."""
+    return ArchiveStore(bucket.store, bucket.name, cache_limit=limit, cache_hold=hold, cache_rescan=None)
 
 
 def test_local_copies_past_store_cache_max_go_least_recently_used_first(bucket, tmp_path):
@@ -268,7 +269,7 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first(bucket, 
     aside.mkdir()
     (aside / "index.html").write_bytes(b"z")
     limited = _limited(bucket, 250_000, hold=0)
-    assert limited.local_copies(cache).scanned.wait(30)
+    limited.local_copies(cache).scan()
     assert not aside.exists()
 
     def kept() -> list[int]:
@@ -292,6 +293,7 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first(bucket, 
     with limited.pinned():  # an export: everything it takes stays until it ends
         for i in range(5):
             limited.local_copy(_snap(i), cache, max_age=0)
+        assert limited.local_copies(cache).trim() == []  # as a scan's trim or another request's would
         assert kept() == [0, 1, 2, 3, 4]
     assert kept() == [3, 4]  # trimmed on the way out
     limited.local_copy(_snap(8), cache, max_age=0)  # brought up to date, still not a copy of ours
@@ -314,7 +316,7 @@ def test_a_copy_in_use_stays_past_the_limit(bucket, tmp_path):
     assert all((cache / _snap(i) / "wget" / "index.html").is_file() for i in range(3))
 
     other = _limited(bucket, 1, hold=3600)  # another process on the same volume: nothing in memory
-    assert other.local_copies(cache).scanned.wait(30)
+    other.local_copies(cache).scan()
     other.local_copy(_snap(3), cache, max_age=0)
     assert all((cache / _snap(i)).is_dir() for i in range(4))  # their mtimes are fresh
     for i in range(4):
@@ -330,6 +332,26 @@ def test_a_copy_in_use_stays_past_the_limit(bucket, tmp_path):
     shutil.rmtree(lone / _snap(0))
     alone.forget_copy(_snap(0))
     assert copies.total == 0 and not copies.over()
+
+
+def test_a_copy_being_copied_by_another_process_is_not_removed(bucket, tmp_path):
+    """``local_copy`` holds a shared flock on the copy's marker while it copies; a removal (in any
+    process) needs it exclusively, so a copy whose refresh outlasts the hold is left alone."""
+    import fcntl
+
+    cache = tmp_path / "cache"
+    store = _limited(bucket, 1, hold=0)
+    store.local_copy(_snap(0), cache, max_age=0)
+    fd = os.open(cache / _snap(0) / COPY_MARKER, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # as another process's local_copy holds it (another open file)
+        os.utime(cache / _snap(0), (time.time() - 7200,) * 2)  # ... for longer than the hold
+        store.local_copy(_snap(1), cache, max_age=0)
+        assert (cache / _snap(0) / "wget" / "index.html").is_file()
+    finally:
+        os.close(fd)
+    store.local_copy(_snap(2), cache, max_age=0)
+    assert not (cache / _snap(0)).exists() and not (cache / _snap(1)).exists()
 
 
 def test_the_mark_of_a_copy_never_goes_up_or_down(bucket, tmp_path):
