@@ -32,6 +32,7 @@ that is a no-op and every service works in ``DATA_DIR`` as before.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import math
@@ -141,14 +142,15 @@ class LocalCopies:
         if limit and rescan is not None:
             threading.Thread(target=self._scans, args=(rescan,), name="store-cache-scan", daemon=True).start()
 
-    def use(self, prefix: str, measure: bool) -> None:
-        """Note a use of the copy ``root/prefix`` now; ``measure``: its files changed (or it is
-        new here), so its size is counted again. Nothing without a limit, or for a directory
-        without ``COPY_MARKER`` (or a link)."""
+    def use(self, prefix: str, size: int | None = None) -> None:
+        """Note a use of the copy ``root/prefix`` now; ``size``: its bytes as just brought up to
+        date (None: unchanged; a copy not known here yet is then measured on disk). Nothing
+        without a limit, or for a directory without ``COPY_MARKER`` (or a link)."""
         path = self.root / prefix
         if not self.limit or path.is_symlink() or not os.path.isfile(path / COPY_MARKER):
             return
-        size = _tree_bytes(path) if measure or prefix not in self._sizes else None
+        if size is None and prefix not in self._sizes:
+            size = _tree_bytes(path)
         with self._lock:
             if size is not None:
                 self.total += size - self._sizes.get(prefix, 0)
@@ -349,7 +351,7 @@ class ArchiveStore:
         Raises:
             ValueError: as ``from_url``.
         """
-        limit = int(getattr(settings, "store_cache_max", 0))
+        limit = settings.store_cache_max
         key = (settings.store_url, str(settings.data_dir), str(limit), *(os.environ.get(k, "") for k in CREDENTIAL_ENV))
         with _SHARED_LOCK:
             if key not in _SHARED:
@@ -499,15 +501,21 @@ class ArchiveStore:
         are skipped, others written whole (a staged file renamed into place) and given the object's
         time. Returns how many files were written. Keys that would leave ``local_dir`` are refused
         (ValueError). From the local store into its own root it writes nothing."""
+        return self._download(prefix, local_dir)[0]
+
+    def _download(self, prefix: str, local_dir: Path) -> tuple[int, int]:
+        """``download_tree``'s work: (files written, bytes of every object listed under ``prefix``;
+        0, 0 from the local store into its own root)."""
         check_key(prefix)
         if self.local_root is not None and local_dir.resolve() == (self.local_root / prefix).resolve():
-            return 0
-        count = 0
+            return 0, 0
+        count = listed = 0
         for key, size, stamp in self._entries(prefix):
             relative = PurePosixPath(key[len(prefix) + 1 :])
             check_key(str(relative))
             if str(relative) == COPY_MARKER:
                 continue  # never a file of the archive: it would make an archive's own dir a copy
+            listed += size
             target = local_dir.joinpath(*relative.parts)
             try:
                 known = target.stat()
@@ -529,7 +537,7 @@ class ArchiveStore:
                 Path(tmp).unlink(missing_ok=True)
                 raise
             count += 1
-        return count
+        return count, listed
 
     def local_copy(self, prefix: str, cache_root: Path, max_age: float = 2.0) -> Path:
         """A local directory holding the directory ``prefix`` (a snapshot's files), for code that
@@ -551,16 +559,18 @@ class ArchiveStore:
         with self._locks[hash(prefix) % len(self._locks)]:
             held = self._hold_copy(target)  # None: the data dir's own archive, never a copy
             try:
-                wrote = 0
+                size = None  # unchanged: refreshed less than max_age ago
                 if time.monotonic() - self._fresh.get(prefix, -math.inf) >= max_age:
-                    wrote = self.download_tree(prefix, target)
+                    # the copy's size from the listing (files the bucket no longer has, which stay
+                    # in the copy, are not counted)
+                    size = self._download(prefix, target)[1]
                     if len(self._fresh) > 4096:
                         self._fresh.clear()
                     self._fresh[prefix] = time.monotonic()
             finally:
                 if held is not None:
                     os.close(held)
-            copies.use(prefix, measure=wrote > 0)
+            copies.use(prefix, size)
             pinned = _PINNED.get()
             if pinned is not None:
                 copies.pin(prefix)
@@ -576,7 +586,8 @@ class ArchiveStore:
         file descriptor holding a shared ``flock`` on its marker, which keeps any process's removal
         away until it is closed; None for a directory that was there without a marker (never a
         copy: left as it is). A removal that renamed the copy away while we waited for the lock
-        makes us start again with a new one."""
+        makes us start again with a new one (OSError after three: only removals in a loop, of a copy
+        touched a moment ago, could do that)."""
         for _ in range(3):
             if not os.path.lexists(target):
                 target.mkdir(parents=True, exist_ok=True)
@@ -598,7 +609,7 @@ class ArchiveStore:
                     os.utime(target)
                 return fd
             os.close(fd)  # renamed away by a removal: a new copy
-        raise StoreUnavailable(f"the local copy {target} kept being removed while it was made")
+        raise OSError(errno.EAGAIN, "a local copy kept being removed while it was made", str(target))
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:

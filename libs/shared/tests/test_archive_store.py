@@ -305,6 +305,22 @@ def test_local_copies_past_store_cache_max_go_least_recently_used_first(bucket, 
     assert bucket.list(_snap(1)) == [StoredFile(f"{_snap(1)}/wget/index.html", 100_000)]  # the bucket untouched
 
 
+def test_a_copy_is_counted_from_the_bucket_listing(bucket, tmp_path):
+    """A refreshed copy's size is the bytes the bucket lists under it (no walk of the copy on the
+    request path): it follows a file added to the bucket, and a refresh that writes nothing keeps it."""
+    cache = tmp_path / "cache"
+    limited = _limited(bucket, 10_000_000, hold=0)
+    copies = limited.local_copies(cache)
+    limited.local_copy(_snap(0), cache, max_age=0)
+    assert copies.total == 100_000
+    bucket.put_bytes(f"{_snap(0)}/title/title.txt", b"t" * 123)
+    limited.local_copy(_snap(0), cache, max_age=0)
+    assert copies.total == 100_123
+    limited.local_copy(_snap(0), cache, max_age=0)  # nothing new: the same count
+    limited.local_copy(_snap(1), cache, max_age=0)
+    assert copies.total == 200_123
+
+
 def test_a_copy_in_use_stays_past_the_limit(bucket, tmp_path):
     """Within the hold a copy stays however far past the limit: one this process used, one another
     process used (only its mtime says so), and always the one just asked for; a copy removed by
