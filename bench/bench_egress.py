@@ -7,13 +7,18 @@ Each client makes ``--requests`` small requests one after another on one keep-al
 delays its ACK stalls every such response by up to 40 ms (Linux); the proxy acknowledges upstream
 data at once (``AckingHttpProxy``), so through it the stall is gone for any client.
 
-Usage: ``python bench/bench_egress.py [--requests 200]``.
+It also prints the proxy's CPU (its processes' user + system time) per request on that connection,
+and per second while ``--idle`` keep-alive connections, each used once, sit open (Chromium keeps
+many; each connection has a thread of its own, which sleeps in ``select`` for ``IDLE_WAKE``).
+
+Usage: ``python bench/bench_egress.py [--requests 200] [--idle 20]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import tempfile
 import threading
 import time
@@ -56,9 +61,39 @@ def per_request_ms(port: int, requests: int, proxy_port: int | None) -> float:
     return (time.perf_counter() - started) / requests * 1000
 
 
+def proxy_cpu_s(pid: int) -> float:
+    """User + system CPU-s so far of process ``pid`` and its children (the forked acceptor)."""
+    pids = [pid]
+    for tasks in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(child) for child in (tasks / "children").read_text().split()]
+    total = 0.0
+    for each in pids:
+        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
+
+
+def idle_cpu_ms_per_s(port: int, proxy: EgressProxy, connections: int, seconds: float) -> float:
+    """The proxy's CPU-ms a second while ``connections`` keep-alive connections, each used once,
+    sit idle for ``seconds``."""
+    clients = [http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30) for _ in range(connections)]
+    try:
+        for conn in clients:
+            conn.request("GET", f"http://127.0.0.1:{port}/idle.png", headers={"Host": f"127.0.0.1:{port}"})
+            conn.getresponse().read()
+        before = proxy_cpu_s(proxy.proc.pid)
+        threading.Event().wait(seconds)
+        return (proxy_cpu_s(proxy.proc.pid) - before) / seconds * 1000
+    finally:
+        for conn in clients:
+            conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--idle", type=int, default=20, help="idle keep-alive connections")
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
     args = parser.parse_args()
     origin = ThreadingHTTPServer(("127.0.0.1", 0), SplitWrites)
     threading.Thread(target=origin.serve_forever, daemon=True).start()
@@ -67,13 +102,18 @@ def main() -> None:
     try:
         port = origin.server_address[1]
         direct = per_request_ms(port, args.requests, None)
+        cpu_before = proxy_cpu_s(proxy.proc.pid)
         proxied = per_request_ms(port, args.requests, proxy.port)
+        cpu_per_request = (proxy_cpu_s(proxy.proc.pid) - cpu_before) / args.requests * 1000
+        idle = idle_cpu_ms_per_s(port, proxy, args.idle, args.idle_seconds)
     finally:
         proxy.stop()
         origin.shutdown()
     print(f"{args.requests} small responses, headers and body in two sends, one keep-alive connection:")
     print(f"  direct:             {direct:7.2f} ms/request")
     print(f"  via the egress proxy: {proxied:5.2f} ms/request  ({direct / proxied:.0f}x faster)")
+    print(f"  the proxy's CPU:      {cpu_per_request:5.2f} ms/request")
+    print(f"{args.idle} idle keep-alive connections: the proxy's CPU {idle:.1f} ms a second")
 
 
 if __name__ == "__main__":

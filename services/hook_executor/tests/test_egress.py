@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +90,49 @@ def test_the_proxy_forwards_many_responses_and_refuses_private_addresses(tmp_pat
     finally:
         allowed.stop()
         refusing.stop()
+
+
+def _wakeups(pid: int) -> int:
+    """Voluntary context switches so far of every thread of ``pid`` and of its children's (the
+    proxy's forked acceptor): how often they went to sleep, so how often they woke."""
+    total = 0
+    pids = [pid]
+    for path in Path("/proc").glob(f"{pid}/task/*/children"):
+        pids += [int(child) for child in path.read_text().split()]
+    for each in pids:
+        for status in Path("/proc").glob(f"{each}/task/*/status"):
+            with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+                for line in status.read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+    return total
+
+
+def test_idle_keep_alive_connections_leave_the_proxy_asleep(tmp_path, origin):
+    """Each connection's thread sleeps in ``select`` while its client is idle (``IDLE_WAKE``, not
+    proxy.py's 25 ms polling: ~6 ms of CPU a second per idle connection). Eight keep-alive
+    connections, each used once and left open, over one second: at 25 ms their threads would wake
+    some 320 times; a few wake-ups are allowed for the acceptor and the idle check."""
+    proxy = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "egress")
+    proxy.start()
+    clients = [http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30) for _ in range(8)]
+    try:
+        for conn in clients:
+            conn.request("GET", f"http://127.0.0.1:{origin}/page/")
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, b"/page/")
+        before = _wakeups(proxy.proc.pid)
+        threading.Event().wait(1.0)  # the window measured, nothing to wait for
+        woke = _wakeups(proxy.proc.pid) - before
+        assert woke < 40, f"the proxy's threads woke {woke} times in 1 s with every connection idle"
+        # and an idle connection still answers at once when used again
+        clients[0].request("GET", f"http://127.0.0.1:{origin}/again/")
+        response = clients[0].getresponse()
+        assert (response.status, response.read()) == (200, b"/again/")
+    finally:
+        for conn in clients:
+            conn.close()
+        proxy.stop()
 
 
 @pytest.fixture
