@@ -37,6 +37,7 @@ SingleFile is the exception: the npm registry carries its CLI, whose page script
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -120,15 +121,21 @@ DISABLED_BY_DEFAULT["mercury"] = (
 )
 
 
-def load_overrides(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    """``DEFAULT_OVERRIDES`` updated with ``BINARY_OVERRIDES`` from the environment.
+def load_overrides(environ: Mapping[str, str] | None = None) -> Mapping[str, dict[str, Any]]:
+    """``DEFAULT_OVERRIDES`` updated with ``BINARY_OVERRIDES`` from the environment: one table per
+    value of ``BINARY_OVERRIDES``, made once (every hook's binaries are looked up through it), so
+    callers must not change it (``apply_override`` copies what it applies).
 
     Raises:
         ValueError: ``BINARY_OVERRIDES`` is not a JSON object of objects.
     """
     env = os.environ if environ is None else environ
+    return _overrides(env.get("BINARY_OVERRIDES", "").strip())
+
+
+@functools.lru_cache(maxsize=8)
+def _overrides(raw: str) -> Mapping[str, dict[str, Any]]:
     table = copy.deepcopy(DEFAULT_OVERRIDES)
-    raw = env.get("BINARY_OVERRIDES", "").strip()
     if raw:
         try:
             extra = json.loads(raw)
@@ -149,6 +156,7 @@ def apply_override(raw_name: str, record: dict[str, Any], table: Mapping[str, di
     patch = table.get(raw_name)
     if not patch:
         return record
+    patch = copy.deepcopy(patch)  # the table is shared (``load_overrides``): the record gets its own values
     out = copy.deepcopy(record)
     for key, value in patch.items():
         if key == "overrides":

@@ -219,9 +219,10 @@ class HookEnvironment:
         if cached is not None:
             return cached
         env = BinaryEnv()
+        lib_dir = str(self.settings.lib_dir)
         for name in self.catalog.with_requirements([plugin]):
             section = {**self.resolved.get("base", {}), **self.resolved.get(name, {})}
-            records = self.catalog.required_binaries(name, section, str(self.settings.lib_dir))
+            records = self.catalog.required_binaries(name, section, lib_dir)
             env = env.merged(await self.binaries.env_for(name, records))
         self._binary_envs[plugin] = env
         return env
