@@ -8,11 +8,12 @@ parses them again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import msgspec
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, select
 
 from boxcar.ingest.access import Viewer, own_crawls, readable_snapshots
 from boxcar.ingest.api.schemas import (
@@ -390,40 +391,18 @@ class CrawlService:
     def crawl_status(self, crawl_id: str, *, viewer: Viewer) -> CrawlStatus | None:
         """The crawl and its counts, or None when there is no such crawl of ``viewer``'s
         (``access.own_crawls``)."""
+        snapshot_counts, result_counts_by_status, refusals_of = _status_statements()
         with self.db.read() as s:
             crawl = s.scalar(select(Crawl).where(Crawl.id == crawl_id, own_crawls(viewer)))
             if crawl is None:
                 return None
-            snapshots = dict(
-                s.execute(
-                    select(Snapshot.status, func.count()).where(Snapshot.crawl_id == crawl_id).group_by(Snapshot.status)
-                ).all()
-            )
-            results = dict(
-                s.execute(
-                    select(ArchiveResult.status, func.count())
-                    .join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id)
-                    .where(Snapshot.crawl_id == crawl_id)
-                    .group_by(ArchiveResult.status)
-                ).all()
-            )
-            in_crawl = Snapshot.crawl_id == crawl_id
-            http_errors = s.scalar(select(func.count()).where(in_crawl, Snapshot.http_status >= 400))
-            network_errors = s.scalar(
-                select(func.count()).where(in_crawl, Snapshot.http_status.is_(None), Snapshot.network_error != "")
-            )
-            pending = s.scalar(
-                select(func.count()).where(
-                    in_crawl, Snapshot.status == Status.SEALED, Snapshot.attempts > 0, Snapshot.indexed_at.is_(None)
-                )
-            )
-            refused = s.scalar(select(func.count()).where(in_crawl, Snapshot.refusal != ""))
-            refusals = (
-                s.scalars(select(Snapshot.refusal).where(in_crawl, Snapshot.refusal != "").limit(50)) if refused else []
-            )
+            row = s.execute(snapshot_counts, {"crawl_id": crawl_id}).one()
+            results = dict(s.execute(result_counts_by_status, {"crawl_id": crawl_id}).all())
+            refused = row.refused
+            refusals = s.scalars(refusals_of, {"crawl_id": crawl_id}).all() if refused else []
             refusal = "; or ".join(dict.fromkeys(refusal_kind(r) for r in refusals))
-        counts = {k: snapshots.get(k, 0) for k in ("queued", "started", "paused", "sealed")}
-        counts["total"] = sum(snapshots.values())
+        counts = {k: row._mapping[k] or 0 for k in ("queued", "started", "paused", "sealed", "total")}
+        http_errors, network_errors, pending = row.http_errors, row.network_errors, row.pending
         result_counts = {str(k): results.get(k, 0) for k in FINAL_RESULT_STATUSES}
         result_counts.update({k: v for k, v in results.items() if k not in result_counts})
         return CrawlStatus(
@@ -510,3 +489,31 @@ class CrawlService:
             for x in snaps
         ]
         return SnapshotPage(total=total or 0, items=items)
+
+
+@functools.cache
+def _status_statements() -> tuple[Select, Select, Select]:
+    """``crawl_status``'s statements, built once (``boxcar add --wait`` asks every second for the
+    whole crawl): a crawl's snapshot counts in one pass (by status, total, HTTP and network errors,
+    sealed but not yet indexed, refused), its results counted by status, and up to 50 refusals.
+    Each takes the bound parameter ``crawl_id``."""
+    in_crawl = Snapshot.crawl_id == bindparam("crawl_id")
+    counted = [func.count().filter(Snapshot.status == status).label(str(status)) for status in Status]
+    snapshot_counts = select(
+        *counted,
+        func.count().label("total"),
+        func.count().filter(Snapshot.http_status >= 400).label("http_errors"),
+        func.count().filter(Snapshot.http_status.is_(None), Snapshot.network_error != "").label("network_errors"),
+        func.count()
+        .filter(Snapshot.status == Status.SEALED, Snapshot.attempts > 0, Snapshot.indexed_at.is_(None))
+        .label("pending"),
+        func.count().filter(Snapshot.refusal != "").label("refused"),
+    ).where(in_crawl)
+    result_counts = (
+        select(ArchiveResult.status, func.count())
+        .join(Snapshot, Snapshot.id == ArchiveResult.snapshot_id)
+        .where(in_crawl)
+        .group_by(ArchiveResult.status)
+    )
+    refusals = select(Snapshot.refusal).where(in_crawl, Snapshot.refusal != "").limit(50)
+    return snapshot_counts, result_counts, refusals
