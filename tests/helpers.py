@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import ipaddress
 import os
 import re
 import shutil
@@ -211,3 +213,60 @@ def assert_one_gzip_member_per_record(path: Path) -> None:
         member = zlib.decompressobj(zlib.MAX_WBITS + 16)
         assert member.decompress(data[offset : offset + length]).startswith(b"WARC/1.")
         assert member.eof and member.unused_data == b"", (path.name, offset)
+
+
+def tls_files(folder: Path) -> tuple[Path, Path, Path, Path]:
+    """PEM files in ``folder``: a CA, a server certificate it signed for 127.0.0.1 and localhost
+    (valid for a day), the server's unencrypted key, and a second CA that signed nothing."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    def ca(common: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name(common))
+            .issuer_name(name(common))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        return key, cert
+
+    ca_key, ca_cert = ca("boxcar test CA")
+    _other_key, other_cert = ca("some other CA")
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server_cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("localhost"))
+        .issuer_name(ca_cert.subject)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = [folder / n for n in ("ca.pem", "server.pem", "server.key", "other-ca.pem")]
+    paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    paths[3].write_bytes(other_cert.public_bytes(serialization.Encoding.PEM))
+    return paths[0], paths[1], paths[2], paths[3]

@@ -6,8 +6,6 @@ through a failover (the primary stopped, the standby promoted)."""
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import os
 import shutil
 import subprocess
@@ -19,68 +17,17 @@ from sqlalchemy.exc import OperationalError
 
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
-from tests.helpers import wait_until
+from tests.helpers import tls_files, wait_until
 from tests.private_postgres import PrivatePostgres
 
 
 def _certificates(folder: Path) -> tuple[Path, Path, Path, Path]:
-    """A CA, a server certificate it signed for 127.0.0.1/localhost, the server's key (owned by
-    ``postgres``, mode 0600 as the server requires), and a second CA that signed nothing."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-    def ca(common: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name(common))
-            .issuer_name(name(common))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256())
-        )
-        return key, cert
-
-    ca_key, ca_cert = ca("boxcar test CA")
-    _other_key, other_cert = ca("some other CA")
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(name("localhost"))
-        .issuer_name(ca_cert.subject)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = [folder / n for n in ("ca.pem", "server.pem", "server.key", "other-ca.pem")]
-    paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        server_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    paths[3].write_bytes(other_cert.public_bytes(serialization.Encoding.PEM))
+    """``tls_files`` owned by ``postgres``, the key mode 0600 (as the server requires)."""
+    paths = tls_files(folder)
     for path in paths:
         shutil.chown(path, "postgres", "postgres")
     os.chmod(paths[2], 0o600)
-    return paths[0], paths[1], paths[2], paths[3]
+    return paths
 
 
 def test_tls_with_the_operators_ca_is_used_and_a_wrong_ca_is_refused(tmp_path):

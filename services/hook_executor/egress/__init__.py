@@ -28,8 +28,8 @@ from boxcar.shared.procutil import die_with_parent
 
 
 class EgressProxy:
-    """The executor's forward proxy (proxy.py, run by ``server``, with ``AckingHttpProxy``
-    and ``EgressPolicyPlugin``), a child process on a free loopback port that dies with the
+    """The executor's forward proxy (proxy.py, run by ``server``, with ``AckingHttpProxy``,
+    ``EgressPolicyPlugin`` and ``LeanHttpProtocolHandler``), a child process on a free loopback port that dies with the
     executor; started again if it died.
 
     Raises (``start``):
@@ -81,6 +81,9 @@ class EgressProxy:
                     # a thread per connection: the default "threadless" loop polls every 25 ms
                     # even with no connection (0.5 % of a core on an idle stack; this: 0.03 %)
                     "--threaded",
+                    # each connection's loop without asyncio's per-pass cost or 25 ms polling
+                    "--work-klass",
+                    "boxcar.hook_executor.egress.plugin.LeanHttpProtocolHandler",
                     "--log-level",
                     "WARNING",
                 ],

@@ -15,9 +15,6 @@ import importlib.util
 import sys
 import types
 
-#: Seconds a connection's thread sleeps in ``select`` with nothing to do (proxy.py: 0.025).
-IDLE_WAKE = 1.0
-
 
 def bare_package(name: str) -> None:
     """Put ``name`` into ``sys.modules`` as a package whose ``__init__`` never ran (submodules
@@ -45,17 +42,10 @@ def main() -> None:
     # proxy.py's flags are declared by the modules that use them; these declare the ones its
     # start-up reads (the web server's, the PAC file's, the cache directory), as the package
     # roots' imports would
-    import proxy.http.handler
     import proxy.http.server  # noqa: F401
     import proxy.plugin.cache.store.disk  # noqa: F401
     from proxy.proxy import entry_point
 
-    # ``--threaded``: each connection's thread loops on ``select`` with this timeout (proxy.py's
-    # 25 ms), and every pass runs an asyncio loop and registers and unregisters its descriptors:
-    # ~6 ms of CPU a second for each idle keep-alive connection, and Chromium keeps many open
-    # (``bench/bench_egress.py``). Data wakes the thread at once whatever the timeout; it only
-    # paces the idle check (``--timeout``), which may come this much later.
-    proxy.http.handler.DEFAULT_SELECTOR_SELECT_TIMEOUT = IDLE_WAKE
     entry_point()
 
 

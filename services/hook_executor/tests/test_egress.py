@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import socket
+import ssl
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +16,7 @@ import pytest
 
 from boxcar.hook_executor.egress import EgressProxy
 from boxcar.shared.egress import EgressPolicy
+from tests.helpers import tls_files
 
 
 class SplitWrites(BaseHTTPRequestHandler):
@@ -109,7 +111,7 @@ def _wakeups(pid: int) -> int:
 
 
 def test_idle_keep_alive_connections_leave_the_proxy_asleep(tmp_path, origin):
-    """Each connection's thread sleeps in ``select`` while its client is idle (``IDLE_WAKE``, not
+    """Each connection's thread sleeps in ``poll`` while its client is idle (``IDLE_WAKE``, not
     proxy.py's 25 ms polling: ~6 ms of CPU a second per idle connection). Eight keep-alive
     connections, each used once and left open, over one second: at 25 ms their threads would wake
     some 320 times; a few wake-ups are allowed for the acceptor and the idle check."""
@@ -133,6 +135,83 @@ def test_idle_keep_alive_connections_leave_the_proxy_asleep(tmp_path, origin):
         for conn in clients:
             conn.close()
         proxy.stop()
+
+
+def test_a_handler_pass_runs_to_its_end_without_an_event_loop_or_says_it_cannot():
+    """``LeanHttpProtocolHandler`` runs proxy.py's passes with ``run_pass``: a coroutine that
+    returns at once gives its value; one that suspends is refused loudly, not left half run."""
+    from boxcar.hook_executor.egress.plugin import run_pass
+
+    class Suspend:
+        def __await__(self):
+            yield
+
+    async def returns() -> int:
+        async def inner() -> int:
+            return 7
+
+        return await inner()
+
+    async def suspends() -> None:
+        await Suspend()
+
+    assert run_pass(returns()) == 7
+    with pytest.raises(RuntimeError, match="suspended"):
+        run_pass(suspends())
+
+
+class Large(BaseHTTPRequestHandler):
+    """3 MB of a pattern per GET (``Content-Length``), the path first: more than socket buffers
+    hold, so the proxy's loop must wait to write."""
+
+    protocol_version = "HTTP/1.1"
+    body = bytes(range(256)) * (3 * 4096)
+
+    def do_GET(self) -> None:
+        body = self.path.encode() + self.body
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_large_responses_come_through_whole_in_plain_http_and_in_a_connect_tunnel(tmp_path):
+    """Through the proxy's loop (``LeanHttpProtocolHandler``): large bodies on a keep-alive plain
+    HTTP connection, and HTTPS through a ``CONNECT`` tunnel to a TLS origin (the certificate checked
+    end to end, as a browser's would be), each byte as the origin sent it."""
+    ca, cert, key, _other = tls_files(tmp_path)
+    plain = ThreadingHTTPServer(("127.0.0.1", 0), Large)
+    secure = ThreadingHTTPServer(("127.0.0.1", 0), Large)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    secure.socket = server_tls.wrap_socket(secure.socket, server_side=True)
+    for server in (plain, secure):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "egress")
+    proxy.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        for i in range(3):
+            conn.request("GET", f"http://127.0.0.1:{plain.server_address[1]}/plain-{i}")
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, f"/plain-{i}".encode() + Large.body)
+        conn.close()
+        client_tls = ssl.create_default_context(cafile=str(ca))
+        tunnel = http.client.HTTPSConnection("127.0.0.1", proxy.port, timeout=30, context=client_tls)
+        tunnel.set_tunnel("127.0.0.1", secure.server_address[1])
+        for i in range(2):
+            tunnel.request("GET", f"/secure-{i}")
+            response = tunnel.getresponse()
+            assert (response.status, response.read()) == (200, f"/secure-{i}".encode() + Large.body)
+        tunnel.close()
+    finally:
+        proxy.stop()
+        for server in (plain, secure):
+            server.shutdown()
+            server.server_close()
 
 
 @pytest.fixture
