@@ -19,20 +19,30 @@ from boxcar.shared.egress import EgressPolicy
 from tests.helpers import tls_files
 
 
-class SplitWrites(BaseHTTPRequestHandler):
-    """Keep-alive, headers and body in two sends (``http.server``'s way), the path echoed."""
+class Answering(BaseHTTPRequestHandler):
+    """Keep-alive, headers and body in two sends (``http.server``'s way): ``answer`` for each GET."""
 
     protocol_version = "HTTP/1.1"
 
+    def answer(self) -> tuple[int, bytes]:
+        raise NotImplementedError
+
     def do_GET(self) -> None:
-        body = self.path.encode()
-        self.send_response(404 if "missing" in self.path else 200)
+        status, body = self.answer()
+        self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def log_message(self, *args) -> None:
         pass
+
+
+class SplitWrites(Answering):
+    """The path echoed; 404 for a path with ``missing`` in it."""
+
+    def answer(self) -> tuple[int, bytes]:
+        return 404 if "missing" in self.path else 200, self.path.encode()
 
 
 @pytest.fixture
@@ -160,22 +170,14 @@ def test_a_handler_pass_runs_to_its_end_without_an_event_loop_or_says_it_cannot(
         run_pass(suspends())
 
 
-class Large(BaseHTTPRequestHandler):
-    """3 MB of a pattern per GET (``Content-Length``), the path first: more than socket buffers
-    hold, so the proxy's loop must wait to write."""
+class Large(Answering):
+    """3 MB of a pattern per GET, the path first: more than socket buffers hold, so the proxy's
+    loop must wait to write."""
 
-    protocol_version = "HTTP/1.1"
     body = bytes(range(256)) * (3 * 4096)
 
-    def do_GET(self) -> None:
-        body = self.path.encode() + self.body
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+    def answer(self) -> tuple[int, bytes]:
+        return 200, self.path.encode() + self.body
 
 
 def test_large_responses_come_through_whole_in_plain_http_and_in_a_connect_tunnel(tmp_path):
@@ -216,18 +218,9 @@ def test_large_responses_come_through_whole_in_plain_http_and_in_a_connect_tunne
 
 @pytest.fixture
 def two_origins():
-    class Named(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            body = f"{self.server.name} {self.path}".encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
+    class Named(Answering):
+        def answer(self) -> tuple[int, bytes]:
+            return 200, f"{self.server.name} {self.path}".encode()
 
     servers = []
     for name in ("first", "second"):
