@@ -32,7 +32,6 @@ that is a no-op and every service works in ``DATA_DIR`` as before.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import logging
 import math
@@ -549,7 +548,8 @@ class ArchiveStore:
         longer than ``cache_hold`` takes them inside ``pinned``.
 
         Raises:
-            StoreUnavailable: the store did not answer.
+            StoreUnavailable: the store did not answer, or (rarely) the copy kept being removed
+                while it was made: either way, try again later.
         """
         check_key(prefix)
         if self.local_root is not None:
@@ -586,8 +586,8 @@ class ArchiveStore:
         file descriptor holding a shared ``flock`` on its marker, which keeps any process's removal
         away until it is closed; None for a directory that was there without a marker (never a
         copy: left as it is). A removal that renamed the copy away while we waited for the lock
-        makes us start again with a new one (OSError after three: only removals in a loop, of a copy
-        touched a moment ago, could do that)."""
+        makes us start again with a new one (``StoreUnavailable`` after three, a try-again-later
+        answer: only removals in a loop, of a copy touched a moment ago, could do that)."""
         for _ in range(3):
             if not os.path.lexists(target):
                 target.mkdir(parents=True, exist_ok=True)
@@ -609,7 +609,7 @@ class ArchiveStore:
                     os.utime(target)
                 return fd
             os.close(fd)  # renamed away by a removal: a new copy
-        raise OSError(errno.EAGAIN, "a local copy kept being removed while it was made", str(target))
+        raise StoreUnavailable(f"the local copy {target} kept being removed while it was made; try again")
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[None]:

@@ -185,12 +185,12 @@ class LeanHttpProtocolHandler(HttpProtocolHandler):
                 registered = events
                 readables: list[int] = []
                 writables: list[int] = []
-                # as selectors.PollSelector reports them: an error or hang-up is both readable and
-                # writable (the read or the write then sees it)
+                # as selectors.PollSelector reports them: an error or hang-up is readable and
+                # writable (the read or the write then sees it), within what the fd was asked for
                 for fd, happened in poller.poll(IDLE_WAKE * 1000):
-                    if happened & ~_WRITE:
+                    if happened & ~_WRITE and registered[fd] & selectors.EVENT_READ:
                         readables.append(fd)
-                    if happened & ~_READ:
+                    if happened & ~_READ and registered[fd] & selectors.EVENT_WRITE:
                         writables.append(fd)
                 if run_pass(self.handle_events(readables, writables)):
                     break

@@ -111,6 +111,7 @@ def _wakeups(pid: int) -> int:
     pids = [pid]
     for path in Path("/proc").glob(f"{pid}/task/*/children"):
         pids += [int(child) for child in path.read_text().split()]
+    assert len(pids) > 1, "the proxy's acceptor (its connections' threads) was not found"
     for each in pids:
         for status in Path("/proc").glob(f"{each}/task/*/status"):
             with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
