@@ -1,4 +1,6 @@
-"""The egress proxy's proxy.py plugin: ``EgressPolicy`` applied to every upstream connection.
+"""What the egress proxy runs inside proxy.py: ``EgressPolicy`` applied to every upstream
+connection (``EgressPolicyPlugin``), upstream data acknowledged at once (``AckingHttpProxy``), and
+each client connection's loop (``LeanHttpProtocolHandler``).
 
 Only the proxy process imports this module (and with it proxy.py, ~20 MiB of modules an
 executor has no use for); ``boxcar.hook_executor.egress.EgressProxy`` names it on the proxy's command line.
