@@ -9,7 +9,7 @@ data at once (``AckingHttpProxy``), so through it the stall is gone for any clie
 
 It also prints the proxy's CPU (its processes' user + system time) per request on that connection,
 and per second while ``--idle`` keep-alive connections, each used once, sit open (Chromium keeps
-many; each connection has a thread of its own, which sleeps in ``select`` for ``IDLE_WAKE``).
+many; each connection has a thread of its own, which sleeps in ``poll`` for ``IDLE_WAKE``).
 
 Usage: ``python bench/bench_egress.py [--requests 200] [--idle 20]``.
 """
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from boxcar.hook_executor.egress import EgressProxy
 from boxcar.shared.egress import EgressPolicy
+from boxcar.shared.procutil import tree_pids
 
 
 class SplitWrites(BaseHTTPRequestHandler):
@@ -63,11 +64,8 @@ def per_request_ms(port: int, requests: int, proxy_port: int | None) -> float:
 
 def proxy_cpu_s(pid: int) -> float:
     """User + system CPU-s so far of process ``pid`` and its children (the forked acceptor)."""
-    pids = [pid]
-    for tasks in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(child) for child in (tasks / "children").read_text().split()]
     total = 0.0
-    for each in pids:
+    for each in tree_pids(pid):
         fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     return total

@@ -57,6 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compose import LOG, REPO, Failed, Stack, detect_engine, mb  # noqa: E402
 
 PROJECT = "boxcar-test"
+#: where a failed run leaves each container's whole log (the stack itself is taken down)
+LOGS = LOG.with_name("boxcar-compose-logs")
 PAGES = int(os.environ.get("BOXCAR_COMPOSE_PAGES", "20"))
 MORE = 6  # the second crawl, submitted once the scaled replicas are healthy
 SCALED = "hook-executor-fetch"
@@ -546,10 +548,15 @@ def main() -> int:
         if stack is not None:
             try:
                 print("\n".join(stack.ps()), file=sys.stderr)
+                LOGS.mkdir(exist_ok=True)
                 for c in stack.containers():
+                    name = c["Name"].lstrip("/")
+                    logs = stack.engine("logs", "--timestamps", c["Id"], capture=True, check=False)
+                    (LOGS / f"{name}.log").write_text(f"{logs.stdout}{logs.stderr}")
                     if stack.service_of(c) not in ("postgres", "nats", "migrate"):
-                        logs = stack.engine("logs", "--tail", "15", c["Id"], capture=True, check=False)
-                        print(f"--- {c['Name'].lstrip('/')}\n{logs.stdout}{logs.stderr}", file=sys.stderr)
+                        tail = "".join(f"{logs.stdout}{logs.stderr}".splitlines(keepends=True)[-15:])
+                        print(f"--- {name}\n{tail}", file=sys.stderr)
+                print(f"[compose-test] every container's whole log: {LOGS}/", file=sys.stderr)
                 if os.environ.get("BOXCAR_COMPOSE_KEEP") != "1":
                     stack.down(volumes=True)
             except Exception as cleanup:  # noqa: BLE001 - report the first failure, not this one

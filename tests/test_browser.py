@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from boxcar.hook_executor import cdp
-from boxcar.hook_executor.reaper import BROWSER_ENV, WORKER_ENV
+from boxcar.hook_executor.reaper import BROWSER_ENV, WORKER_ENV, processes_with
 from boxcar.shared.db import Database
 from boxcar.shared.settings import Settings
 from tests.helpers import api, load_crawl, submit, wait_sealed, wait_until
@@ -143,6 +143,42 @@ def test_no_browser_survives_a_sigkilled_executor(pg_url, nats_url, make_stack, 
     hooks_per_snapshot = Counter(sid for sid, _ in per_hook)
     assert set(per_hook.values()) == {1}
     assert len(set(hooks_per_snapshot.values())) == 1, "some snapshot misses a hook's result"
+
+
+def test_a_browser_task_cut_short_by_a_crash_runs_again_whole(pg_url, nats_url, make_stack, corpus_server):
+    """The browser executor dies mid-task *with its Chromium* (a container's death: `make
+    compose-test` SIGKILLs the container's init): the task it held is handed back and run again
+    by the restarted executor in its new browser, so the snapshot ends with every browser result
+    succeeded, none failed for the crash."""
+    plugins = ["chrome", "title", "screenshot", "dom", "pdf"]
+    stack = make_stack(pg_url, nats_url, env={"PLUGINS": ",".join(plugins), "BROWSER_CONCURRENCY": "1"})
+    executor = next(c for c in stack.children if c.name == "hook-executor-browser")
+    pages = [url for url, _ in corpus_pages(corpus_server, 3, offset=40)]
+    crawl_id = submit(stack, urls=pages)
+    db = Database(pg_url)
+
+    def mid_task():  # a snapshot with some of its browser results recorded, not all
+        _, snaps, results = load_crawl(db, crawl_id)
+        counts = Counter(r.snapshot_id for r in results)
+        return [s.id for s in snaps if s.status != "sealed" and 0 < counts[s.id] < 4]
+
+    cut = wait_until(mid_task, 300, "a snapshot part-way through its browser task", interval=0.05)[0]
+    worker = next((stack.data_dir / "tmp").glob("*/workers/browser-*.json")).stem
+    killed = [executor.proc.pid, *(p.pid for p in processes_with(WORKER_ENV, {worker}))]
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    executor.proc.wait(10)
+    assert stack.supervise_once() == ["hook-executor-browser"]
+
+    wait_sealed(stack, crawl_id, timeout=600)
+    _, snaps, results = load_crawl(db, crawl_id)
+    assert all(s.status == "sealed" for s in snaps)
+    failed = [(r.snapshot_id == cut, r.hook_name, r.notes[:200]) for r in results if r.status == "failed"]
+    assert failed == [], f"results failed after the crash (snapshot {cut} was cut short): {failed}"
+    for snap in snaps:
+        mine = {r.plugin for r in results if r.snapshot_id == snap.id and r.status == "succeeded"}
+        assert {"title", "screenshot", "dom", "pdf"} <= mine, (snap.url, mine)
 
 
 def _env(proc: psutil.Process) -> dict:

@@ -140,9 +140,9 @@ _CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/childr
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (0 when ``pid`` is gone), as psutil's
-    ``memory_info().rss`` summed over ``children(recursive=True)`` gives them.
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and all its descendants' pids, ``pid`` first (``[]`` when ``pid`` is gone), as
+    psutil's ``children(recursive=True)`` finds them.
 
     The descendants are found from ``/proc/<pid>/task/<tid>/children``: work proportional to the
     tree. psutil reads every process's ``stat`` file on the machine to map parents — for the
@@ -154,21 +154,36 @@ def tree_rss(pid: int) -> int:
     if not _CHILDREN_FILES:
         try:
             root = psutil.Process(pid)
-            return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+            return [pid, *(p.pid for p in root.children(recursive=True))]
         except psutil.Error:
-            return 0
-    total, todo, seen = 0, [pid], set()
+            return []
+    found: list[int] = []
+    todo, seen = [pid], set()
     while todo:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
         try:
-            with open(f"/proc/{current}/statm", "rb") as statm:
-                total += int(statm.read().split()[1]) * _PAGE
+            kids: list[int] = []
             for tid in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{tid}/children", "rb") as children:
-                    todo.extend(int(child) for child in children.read().split())
+                    kids.extend(int(child) for child in children.read().split())
+        except (OSError, ValueError):  # it exited meanwhile
+            continue
+        found.append(current)
+        todo.extend(kids)
+    return found
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants (``tree_pids``; 0 when ``pid`` is gone),
+    as psutil's ``memory_info().rss`` summed over ``children(recursive=True)`` gives them."""
+    total = 0
+    for each in tree_pids(pid):
+        try:
+            with open(f"/proc/{each}/statm", "rb") as statm:
+                total += int(statm.read().split()[1]) * _PAGE
         except (OSError, ValueError, IndexError):  # it exited meanwhile
             continue
     return total

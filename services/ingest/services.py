@@ -398,11 +398,9 @@ class CrawlService:
                 return None
             row = s.execute(snapshot_counts, {"crawl_id": crawl_id}).one()
             results = dict(s.execute(result_counts_by_status, {"crawl_id": crawl_id}).all())
-            refused = row.refused
-            refusals = s.scalars(refusals_of, {"crawl_id": crawl_id}).all() if refused else []
+            refusals = s.scalars(refusals_of, {"crawl_id": crawl_id}).all() if row.refused else []
             refusal = "; or ".join(dict.fromkeys(refusal_kind(r) for r in refusals))
-        counts = {k: row._mapping[k] or 0 for k in ("queued", "started", "paused", "sealed", "total")}
-        http_errors, network_errors, pending = row.http_errors, row.network_errors, row.pending
+        counts = {k: row._mapping[k] for k in ("queued", "started", "paused", "sealed", "total")}  # count(): never NULL
         result_counts = {str(k): results.get(k, 0) for k in FINAL_RESULT_STATUSES}
         result_counts.update({k: v for k, v in results.items() if k not in result_counts})
         return CrawlStatus(
@@ -417,15 +415,15 @@ class CrawlService:
             output_dir=crawl.output_dir,
             snapshots=counts,
             results=result_counts,
-            http_errors=http_errors or 0,
-            network_errors=network_errors or 0,
+            http_errors=row.http_errors,
+            network_errors=row.network_errors,
             seeds=crawl.seed_count,
             cancelled=crawl.cancelled_at is not None,
             error=crawl.error,
-            results_pending=pending or 0,
+            results_pending=row.pending,
             merged=crawl.merged,
-            refused=refused or 0,
-            refusal=refusal or "",
+            refused=row.refused,
+            refusal=refusal,
         )
 
     def list_snapshots(

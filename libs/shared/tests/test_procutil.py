@@ -72,7 +72,7 @@ has finished starting (and stopped growing) before the test reads its memory."""
 
 
 @pytest.mark.parametrize("children_files", [True, False], ids=["proc-children", "psutil"])
-def test_tree_rss_counts_every_descendant(children_files, monkeypatch):
+def test_tree_pids_and_rss_count_every_descendant(children_files, monkeypatch):
     monkeypatch.setattr(procutil, "_CHILDREN_FILES", children_files and procutil._CHILDREN_FILES)
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
@@ -80,6 +80,9 @@ def test_tree_rss_counts_every_descendant(children_files, monkeypatch):
         tree = psutil.Process(root.pid)
         assert len(tree.children(recursive=True)) == 2
         expected = sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)])
+        pids = procutil.tree_pids(root.pid)
+        descendants = [c.pid for c in tree.children(recursive=True)]
+        assert pids[0] == root.pid and sorted(pids) == sorted([root.pid, *descendants])
         got = procutil.tree_rss(root.pid)
         assert got > (48 << 20) + tree.memory_info().rss
         assert abs(got - expected) < 2 << 20  # the same processes, read a moment apart
@@ -88,6 +91,7 @@ def test_tree_rss_counts_every_descendant(children_files, monkeypatch):
         root.wait()
         root.stdout.close()
     assert procutil.tree_rss(root.pid) == 0
+    assert procutil.tree_pids(root.pid) == []
 
 
 ARENAS = textwrap.dedent(

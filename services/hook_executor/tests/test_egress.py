@@ -16,6 +16,7 @@ import pytest
 
 from boxcar.hook_executor.egress import EgressProxy
 from boxcar.shared.egress import EgressPolicy
+from boxcar.shared.procutil import tree_pids
 from tests.helpers import tls_files
 
 
@@ -108,9 +109,7 @@ def _wakeups(pid: int) -> int:
     """Voluntary context switches so far of every thread of ``pid`` and of its children's (the
     proxy's forked acceptor): how often they went to sleep, so how often they woke."""
     total = 0
-    pids = [pid]
-    for path in Path("/proc").glob(f"{pid}/task/*/children"):
-        pids += [int(child) for child in path.read_text().split()]
+    pids = tree_pids(pid)
     assert len(pids) > 1, "the proxy's acceptor (its connections' threads) was not found"
     for each in pids:
         for status in Path("/proc").glob(f"{each}/task/*/status"):
