@@ -94,6 +94,10 @@ class AckingHttpProxy(HttpProxyPlugin):
     it once per requisite — 470 small 404s made one corpus page take 18.5 s instead of 0.2 s.
     Browsers and curl pay it too; a proxy is where one setting can spare all of them."""
 
+    #: set while a pass that swapped upstreams (``on_client_data``) has yet to read the upstreams:
+    #: its ready list was polled before the swap, so it says nothing of the new upstream
+    _swapped = False
+
     def on_client_data(self, raw):
         """A keep-alive client's next plain-HTTP request. wget and Chromium reuse their connection
         to a proxy for any host, and proxy.py alone would send every later request to the first
@@ -115,6 +119,7 @@ class AckingHttpProxy(HttpProxyPlugin):
             self.response = HttpParser(httpParserTypes.RESPONSE_PARSER)
             self.pipeline_response = None
             self.on_request_complete()  # the policy's check, a new upstream, the request sent
+            self._swapped = True
             return None
         for plugin in self.plugins.values():
             parser = plugin.handle_client_request(parser)
@@ -124,7 +129,15 @@ class AckingHttpProxy(HttpProxyPlugin):
         return None
 
     async def read_from_descriptors(self, r):
+        """Read what the upstream sent (proxy.py's), then acknowledge it at once. In the pass in
+        which the client asked for another host the new upstream is not read: ``r`` was polled
+        before it existed, and the old upstream's descriptor number in it may be the new one's
+        (a blocking read of a connection whose request is not sent yet)."""
         upstream = self.upstream
+        if self._swapped:
+            self._swapped = False
+            if upstream is not None and not upstream.closed:
+                r = [fd for fd in r if fd != upstream.connection.fileno()]
         upstream_read = upstream is not None and not upstream.closed and upstream.connection.fileno() in r
         teardown = await super().read_from_descriptors(r)
         if _QUICKACK is not None and upstream_read and not teardown and not upstream.closed:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -17,7 +19,7 @@ import pytest
 from boxcar.hook_executor.egress import EgressProxy
 from boxcar.shared.egress import EgressPolicy
 from boxcar.shared.procutil import tree_pids
-from tests.helpers import tls_files
+from tests.helpers import tls_files, wait_until
 
 
 class Answering(BaseHTTPRequestHandler):
@@ -273,3 +275,78 @@ def test_a_request_for_another_host_is_never_answered_by_the_first_host(tmp_path
     finally:
         proxy.stop()
         refusing.stop()
+
+
+def _all_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` and its children is stopped (SIGSTOP lands asynchronously: a
+    thread may run on for a moment after ``kill`` returns)."""
+    states = []
+    for each in tree_pids(pid):
+        for stat in Path("/proc").glob(f"{each}/task/*/stat"):
+            with contextlib.suppress(FileNotFoundError):
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
+def test_a_request_for_another_host_in_the_pass_that_finds_the_first_host_closing(tmp_path):
+    """The client's request for a second host and the first host closing its keep-alive connection
+    land in one poll (the proxy stopped meanwhile, so they arrive together for sure): the proxy
+    swaps upstreams while reading the client, and the new upstream, which reuses the closed
+    one's descriptor number, must not be read in that pass from the poll's stale ready list (it
+    has nothing to say yet: proxy.py's read failed and the client's connection was closed,
+    unanswered). The second host's answer comes back."""
+    release, closed = threading.Event(), threading.Event()
+
+    class ClosesWhenReleased(Answering):
+        def answer(self) -> tuple[int, bytes]:
+            return 200, f"{self.server.name} {self.path}".encode()
+
+        def do_GET(self) -> None:
+            super().do_GET()
+            if self.server.name == "first":
+                self.wfile.flush()
+                release.wait(30)
+                self.connection.shutdown(socket.SHUT_WR)  # the FIN: its upstream is readable
+                closed.set()
+                self.close_connection = True
+
+    servers = []
+    for name in ("first", "second"):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), ClosesWhenReleased)
+        server.name = name
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    first, second = (f"127.0.0.1:{s.server_address[1]}" for s in servers)
+    proxy = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "egress")
+    proxy.start()
+    stopped = False
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as raw:
+            raw.sendall(f"GET http://{first}/a HTTP/1.1\r\nHost: {first}\r\n\r\n".encode())
+            answer = b""
+            while not answer.endswith(b"first /a"):
+                chunk = raw.recv(65536)
+                assert chunk, f"the proxy closed the connection after {answer!r}"
+                answer += chunk
+            os.killpg(proxy.proc.pid, signal.SIGSTOP)
+            stopped = True
+            wait_until(lambda: _all_stopped(proxy.proc.pid), 10, "the proxy's threads to stop")
+            release.set()
+            assert closed.wait(30)
+            raw.sendall(f"GET http://{second}/b HTTP/1.1\r\nHost: {second}\r\n\r\n".encode())
+            os.killpg(proxy.proc.pid, signal.SIGCONT)
+            stopped = False
+            answer = b""
+            while not answer.endswith(b"second /b"):
+                chunk = raw.recv(65536)
+                assert chunk, f"the proxy closed the connection after {answer!r}"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200")
+    finally:
+        if stopped:
+            os.killpg(proxy.proc.pid, signal.SIGCONT)
+        proxy.stop()
+        release.set()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
