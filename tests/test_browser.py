@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,6 +197,45 @@ def _describe(proc: psutil.Process) -> str:
         )
     except psutil.Error as exc:
         return f"pid {proc.pid} ({type(exc).__name__})"
+
+
+def test_a_browser_that_fails_to_start_once_costs_the_task_a_retry_not_its_results(
+    sqlite_url, nats_url, make_stack, corpus_server, tmp_path
+):
+    """Chromium refuses its first launch (a wrapper, as ``CHROME_BINARY``, that exits 1 once: a
+    browser may fail to start right after its executor's container restarted): the task is handed
+    back and tried again instead of recording every browser hook failed, and the snapshot ends
+    with its browser results succeeded."""
+    marker, bin_dir = tmp_path / "refused-once", tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "chromium-fails-once"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *--remote-debugging-port=*)\n'
+        f'  if [ ! -e "{marker}" ]; then touch "{marker}"; echo "refusing this first launch" >&2; exit 1; fi;;\n'
+        "esac\n"
+        f'exec {shutil.which("chromium")} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    chrome = {"name": wrapper.name, "binproviders": "env", "min_version": None, "max_version": None}
+    env = {
+        "PLUGINS": "chrome,title,screenshot,dom",
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "BINARY_OVERRIDES": json.dumps({"{CHROME_BINARY}": chrome}),
+    }
+    stack = make_stack(sqlite_url, nats_url, env=env)
+    url = corpus_pages(corpus_server, 1, offset=60)[0][0]
+    crawl_id = submit(stack, urls=[url])
+    wait_sealed(stack, crawl_id, timeout=300)
+    assert marker.exists(), "the wrapper never refused a launch: the test did not test anything"
+    _, snaps, results = load_crawl(Database(sqlite_url), crawl_id)
+    assert [s.status for s in snaps] == ["sealed"]
+    failed = [(r.hook_name, r.notes[:200]) for r in results if r.status == "failed"]
+    assert failed == []
+    assert {"title", "screenshot", "dom"} <= {r.plugin for r in results if r.status == "succeeded"}
+    executor = next(c for c in stack.children if c.name == "hook-executor-browser")
+    log = executor.log_path.read_text(errors="replace")
+    assert "(delivery 1 of 3), retrying: BrowserUnavailable: chromium did not start" in log, log[-3000:]
 
 
 def test_recycling_keeps_one_browser_per_worker(pg_url, nats_url, make_stack, corpus_server):

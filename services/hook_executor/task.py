@@ -136,6 +136,11 @@ class TaskExecutor:
 
         Raises:
             ResolverUnreachable: no binary-resolver answered (retry the task later).
+            BrowserUnavailable: the task needs this worker's Chromium and it could not be started
+                (retry the task later: a browser that fails to start once, as one may right after
+                its executor's container restarted, does not fail the snapshot's browser results;
+                on the task's last delivery the worker reports it failed, and the runner records
+                each of its hooks failed with that reason).
             asyncio.CancelledError: the executor is shutting down; started hooks were killed.
         """
         if await self.cancellations.is_cancelled(task.crawl_id):
@@ -153,11 +158,8 @@ class TaskExecutor:
         with self.cancellations.watching(task.crawl_id) as cancelled:
             async with contextlib.AsyncExitStack() as stack:
                 browser_dir = None
-                if needs_browser:
-                    try:
-                        browser_dir = await stack.enter_async_context(self.browser.lease())
-                    except BrowserUnavailable as exc:
-                        return await self._fail_all(task, f"browser unavailable: {exc}")
+                if needs_browser:  # BrowserUnavailable: the task is handed back and tried again
+                    browser_dir = await stack.enter_async_context(self.browser.lease())
                 completed = await TaskRun(self, task, browser_dir, cancelled).run()
         return await self._with_discovered(completed)
 
@@ -216,14 +218,6 @@ class TaskExecutor:
             env.timeout(hook),
             kill_grace=self.settings.hook_kill_grace,
         )
-
-    async def _fail_all(self, task: HookTask, reason: str) -> TaskCompleted:
-        """Every hook of the task failed for one reason (e.g. no browser): record each, then complete."""
-        completed = TaskCompleted.of(task)
-        for hook in self.catalog.snapshot_hooks(task.plugins):
-            await self.publish_result(task, _result(task, hook, ResultStatus.FAILED, reason))
-        log.warning("task %s: every hook failed: %s", task.task_id, reason)
-        return completed
 
     async def publish_result(
         self, task: HookTask, result: ArchiveResultRecord, process: ProcessRecord | None = None
