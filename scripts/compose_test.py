@@ -42,6 +42,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -518,6 +519,27 @@ def test(stack: Stack, summary: dict) -> None:
     step(summary["cleaned"])
 
 
+def save_logs(stack: Stack) -> None:
+    """Each container's whole log into ``LOGS`` (emptied first) and its last 15 lines to stderr;
+    a log that cannot be read or written is reported and the others are still saved."""
+    shutil.rmtree(LOGS, ignore_errors=True)
+    LOGS.mkdir()
+    for c in stack.containers():
+        name = c["Name"].lstrip("/")
+        try:
+            logs = subprocess.run(
+                [stack.engine.name, "logs", "--timestamps", c["Id"]], capture_output=True, check=False
+            )
+            text = (logs.stdout + logs.stderr).decode(errors="replace")
+            (LOGS / f"{name}.log").write_text(text)
+        except OSError as exc:
+            print(f"--- {name}: its log could not be saved: {exc}", file=sys.stderr)
+            continue
+        if stack.service_of(c) not in ("postgres", "nats", "migrate"):
+            print(f"--- {name}\n{''.join(text.splitlines(keepends=True)[-15:])}", file=sys.stderr)
+    print(f"[compose-test] every container's whole log: {LOGS}/", file=sys.stderr)
+
+
 def main() -> int:
     os.environ["BOXCAR_COMPOSE_PROJECT"] = PROJECT
     if CLUSTER:
@@ -548,15 +570,7 @@ def main() -> int:
         if stack is not None:
             try:
                 print("\n".join(stack.ps()), file=sys.stderr)
-                LOGS.mkdir(exist_ok=True)
-                for c in stack.containers():
-                    name = c["Name"].lstrip("/")
-                    logs = stack.engine("logs", "--timestamps", c["Id"], capture=True, check=False)
-                    (LOGS / f"{name}.log").write_text(f"{logs.stdout}{logs.stderr}")
-                    if stack.service_of(c) not in ("postgres", "nats", "migrate"):
-                        tail = "".join(f"{logs.stdout}{logs.stderr}".splitlines(keepends=True)[-15:])
-                        print(f"--- {name}\n{tail}", file=sys.stderr)
-                print(f"[compose-test] every container's whole log: {LOGS}/", file=sys.stderr)
+                save_logs(stack)
                 if os.environ.get("BOXCAR_COMPOSE_KEEP") != "1":
                     stack.down(volumes=True)
             except Exception as cleanup:  # noqa: BLE001 - report the first failure, not this one

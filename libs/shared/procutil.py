@@ -165,14 +165,16 @@ def tree_pids(pid: int) -> list[int]:
             continue
         seen.add(current)
         try:
-            kids: list[int] = []
-            for tid in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{tid}/children", "rb") as children:
-                    kids.extend(int(child) for child in children.read().split())
-        except (OSError, ValueError):  # it exited meanwhile
+            threads = os.listdir(f"/proc/{current}/task")
+        except OSError:  # it exited meanwhile
             continue
         found.append(current)
-        todo.extend(kids)
+        for tid in threads:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", "rb") as children:
+                    todo.extend(int(child) for child in children.read().split())
+            except (OSError, ValueError):  # that thread ended meanwhile: its children are its process's
+                continue
     return found
 
 
