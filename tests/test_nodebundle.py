@@ -192,6 +192,24 @@ def test_the_executor_uses_a_bundle_only_once_built_and_never_a_failed_one(tmp_p
     assert "no puppeteer-core bundle built: esbuild unavailable: binary 'esbuild' unavailable" in caplog.text
 
 
+def test_the_bundle_is_built_where_node_is_not_on_path(tmp_path, chrome_binaries, monkeypatch):
+    """In Boxcar's image Node comes from npm (``ABXPKG_LIB_DIR``), not from PATH, and npm's esbuild
+    is a ``#!/usr/bin/env node`` script: the build runs it with node's own directory on PATH
+    (``make compose-test`` logged "esbuild --version failed (exit 127): env: 'node': No such file
+    or directory", and every Node host loaded puppeteer-core unbundled)."""
+    binaries, esbuild = chrome_binaries
+    node = binaries.values["NODE_BINARY"]
+    assert os.path.isabs(node), node
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+
+    async def esbuild_path() -> str:
+        return esbuild
+
+    bundles = PuppeteerBundles(tmp_path / "node-bundles", [get_catalog().plugins_dir])
+    shadow = asyncio.run(bundles.build(binaries.paths["NODE_PATH"], node, esbuild_path))
+    assert shadow is not None and (shadow / "puppeteer-core" / "bundle.js").is_file()
+
+
 def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first_hook(tmp_path, chrome_binaries):
     """A stack's next start (or a second executor) finds the bundle before its own build has
     resolved anything: its first Node hooks, which start the warm hosts, get the shadow at once;

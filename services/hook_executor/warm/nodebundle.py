@@ -274,8 +274,12 @@ class PuppeteerBundles:
             BundleError: esbuild unavailable, a step failed or timed out, or the self-check failed.
         """
         entries = await self._entry_points()
-        # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH
+        # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH;
+        # node's directory first on PATH: npm's esbuild is a ``#!/usr/bin/env node`` script, and
+        # in Boxcar's image Node comes from npm (ABXPKG_LIB_DIR), not from a directory on PATH
         clean = {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
+        if os.path.dirname(node):
+            clean["PATH"] = os.pathsep.join(p for p in (os.path.dirname(node), clean.get("PATH")) if p)
         env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}
         packages = _packages(node_path)  # as the resolution below sees them (for the record)
         out = await _run([node, str(HELPER), "resolve", ",".join(PACKAGES), *entries], env, "resolving puppeteer-core")
