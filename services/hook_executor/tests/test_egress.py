@@ -218,22 +218,34 @@ def test_large_responses_come_through_whole_in_plain_http_and_in_a_connect_tunne
             server.server_close()
 
 
+class Named(Answering):
+    """Answers ``<its server's name> <path>``."""
+
+    def answer(self) -> tuple[int, bytes]:
+        return 200, f"{self.server.name} {self.path}".encode()
+
+
+@contextlib.contextmanager
+def named_origins(handler: type[Named] = Named):
+    """Two origins named ``first`` and ``second`` answering with ``handler``; yields their ports."""
+    servers = []
+    try:
+        for name in ("first", "second"):
+            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            server.name = name
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            servers.append(server)
+        yield [s.server_address[1] for s in servers]
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
 @pytest.fixture
 def two_origins():
-    class Named(Answering):
-        def answer(self) -> tuple[int, bytes]:
-            return 200, f"{self.server.name} {self.path}".encode()
-
-    servers = []
-    for name in ("first", "second"):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Named)
-        server.name = name
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-    yield [s.server_address[1] for s in servers]
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with named_origins() as ports:
+        yield ports
 
 
 def test_a_request_for_another_host_is_never_answered_by_the_first_host(tmp_path, two_origins):
@@ -297,10 +309,7 @@ def test_a_request_for_another_host_in_the_pass_that_finds_the_first_host_closin
     unanswered). The second host's answer comes back."""
     release, closed = threading.Event(), threading.Event()
 
-    class ClosesWhenReleased(Answering):
-        def answer(self) -> tuple[int, bytes]:
-            return 200, f"{self.server.name} {self.path}".encode()
-
+    class ClosesWhenReleased(Named):
         def do_GET(self) -> None:
             super().do_GET()
             if self.server.name == "first":
@@ -310,43 +319,28 @@ def test_a_request_for_another_host_in_the_pass_that_finds_the_first_host_closin
                 closed.set()
                 self.close_connection = True
 
-    servers = []
-    for name in ("first", "second"):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), ClosesWhenReleased)
-        server.name = name
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-    first, second = (f"127.0.0.1:{s.server_address[1]}" for s in servers)
-    proxy = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "egress")
-    proxy.start()
-    stopped = False
-    try:
-        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as raw:
-            raw.sendall(f"GET http://{first}/a HTTP/1.1\r\nHost: {first}\r\n\r\n".encode())
-            answer = b""
-            while not answer.endswith(b"first /a"):
-                chunk = raw.recv(65536)
-                assert chunk, f"the proxy closed the connection after {answer!r}"
-                answer += chunk
-            os.killpg(proxy.proc.pid, signal.SIGSTOP)
-            stopped = True
+    def read_until(raw: socket.socket, end: bytes) -> bytes:
+        answer = b""
+        while not answer.endswith(end):
+            chunk = raw.recv(65536)
+            assert chunk, f"the proxy closed the connection after {answer!r}"
+            answer += chunk
+        return answer
+
+    with contextlib.ExitStack() as cleanup:
+        first, second = (f"127.0.0.1:{p}" for p in cleanup.enter_context(named_origins(ClosesWhenReleased)))
+        cleanup.callback(release.set)  # before the origins shut down
+        proxy = EgressProxy(EgressPolicy(allow_private=True), tmp_path / "egress")
+        proxy.start()
+        cleanup.callback(proxy.stop)
+        raw = cleanup.enter_context(socket.create_connection(("127.0.0.1", proxy.port), timeout=30))
+        raw.sendall(f"GET http://{first}/a HTTP/1.1\r\nHost: {first}\r\n\r\n".encode())
+        read_until(raw, b"first /a")
+        os.killpg(proxy.proc.pid, signal.SIGSTOP)
+        with contextlib.ExitStack() as resume:
+            resume.callback(os.killpg, proxy.proc.pid, signal.SIGCONT)
             wait_until(lambda: _all_stopped(proxy.proc.pid), 10, "the proxy's threads to stop")
             release.set()
             assert closed.wait(30)
             raw.sendall(f"GET http://{second}/b HTTP/1.1\r\nHost: {second}\r\n\r\n".encode())
-            os.killpg(proxy.proc.pid, signal.SIGCONT)
-            stopped = False
-            answer = b""
-            while not answer.endswith(b"second /b"):
-                chunk = raw.recv(65536)
-                assert chunk, f"the proxy closed the connection after {answer!r}"
-                answer += chunk
-            assert answer.startswith(b"HTTP/1.1 200")
-    finally:
-        if stopped:
-            os.killpg(proxy.proc.pid, signal.SIGCONT)
-        proxy.stop()
-        release.set()
-        for server in servers:
-            server.shutdown()
-            server.server_close()
+        assert read_until(raw, b"second /b").startswith(b"HTTP/1.1 200")
