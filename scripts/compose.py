@@ -79,8 +79,10 @@ def run(
     env: dict | None = None,
     timeout: float | None = None,
     log: bool = False,
+    errors: str = "strict",
 ) -> subprocess.CompletedProcess:
-    """Run ``cmd``; with ``log`` its output goes to LOG (shown when it fails)."""
+    """Run ``cmd``; with ``log`` its output goes to LOG (shown when it fails). ``errors``: how
+    captured output that is not UTF-8 is decoded (``"replace"`` for a container's log)."""
     if log:
         with LOG.open("a") as out:
             out.write(f"\n$ {' '.join(cmd)}\n")
@@ -90,7 +92,7 @@ def run(
             tail = LOG.read_text(errors="replace").splitlines()[-40:]
             raise Failed(f"`{' '.join(cmd)}` exited {proc.returncode}; the end of {LOG}:\n" + "\n".join(tail))
         return proc
-    proc = subprocess.run(cmd, capture_output=capture, text=True, env=env, timeout=timeout, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=capture, text=True, errors=errors, env=env, timeout=timeout, cwd=REPO)
     if check and proc.returncode:
         detail = (proc.stderr or proc.stdout or "").strip()[-2000:] if capture else ""
         raise Failed(f"`{' '.join(cmd)}` exited {proc.returncode}" + (f": {detail}" if detail else ""))

@@ -527,10 +527,8 @@ def save_logs(stack: Stack) -> None:
     for c in stack.containers():
         name = c["Name"].lstrip("/")
         try:
-            logs = subprocess.run(
-                [stack.engine.name, "logs", "--timestamps", c["Id"]], capture_output=True, check=False
-            )
-            text = (logs.stdout + logs.stderr).decode(errors="replace")
+            logs = stack.engine("logs", "--timestamps", c["Id"], capture=True, check=False, errors="replace")
+            text = logs.stdout + logs.stderr
             (LOGS / f"{name}.log").write_text(text)
         except OSError as exc:
             print(f"--- {name}: its log could not be saved: {exc}", file=sys.stderr)

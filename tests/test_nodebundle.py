@@ -39,21 +39,23 @@ def chrome_binaries(lib_dir: Path) -> tuple[BinaryEnv, str]:
     section = {**resolved.get("base", {}), **resolved.get("chrome", {})}
     providers = list(settings.binary_install_providers)
     values: dict[str, str] = {}
-    node_path: list[str] = []
+    paths = BinaryEnv()
 
     def resolve(record: dict) -> str:
+        nonlocal paths
         reply = resolve_binary(
             BinaryRequest.from_record(record, plugin="chrome", machine="test"), lib_dir, providers, "test"
         )
         assert reply.ok and reply.binary, reply.error
-        node_path.extend(p for p in reply.binary.env_paths.get("NODE_PATH", []) if p not in node_path)
+        paths = BinaryEnv({}, {"PATH": reply.binary.bin_dirs, **reply.binary.env_paths}).merged(paths)
         return reply.binary.abspath
 
     for key, record in catalog.required_binaries("chrome", section, str(lib_dir)):
         path = resolve(record)
         if key:
             values[key] = path
-    return BinaryEnv(values, {"NODE_PATH": node_path}), resolve(ESBUILD)
+    chrome = BinaryEnv(values, paths.paths)
+    return chrome, resolve(ESBUILD)
 
 
 def test_entry_points_are_what_the_hooks_require(tmp_path):
@@ -192,22 +194,33 @@ def test_the_executor_uses_a_bundle_only_once_built_and_never_a_failed_one(tmp_p
     assert "no puppeteer-core bundle built: esbuild unavailable: binary 'esbuild' unavailable" in caplog.text
 
 
-def test_the_bundle_is_built_where_node_is_not_on_path(tmp_path, chrome_binaries, monkeypatch):
+def test_the_bundle_is_built_where_node_is_not_on_path(tmp_path, chrome_binaries, monkeypatch, caplog):
     """In Boxcar's image Node comes from npm (``ABXPKG_LIB_DIR``), not from PATH, and npm's esbuild
-    is a ``#!/usr/bin/env node`` script: the build runs it with node's own directory on PATH
-    (``make compose-test`` logged "esbuild --version failed (exit 127): env: 'node': No such file
-    or directory", and every Node host loaded puppeteer-core unbundled)."""
+    is a ``#!/usr/bin/env node`` script: the build runs it with the hooks' binary directories
+    (node's among them) in front of PATH, as the executor passes them (``make compose-test``
+    logged "esbuild --version failed (exit 127): env: 'node': No such file or directory", and
+    every Node host loaded puppeteer-core unbundled)."""
     binaries, esbuild = chrome_binaries
     node = binaries.values["NODE_BINARY"]
-    assert os.path.isabs(node), node
+    assert os.path.isabs(node) and os.path.dirname(node) in binaries.paths["PATH"], (node, binaries.paths)
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    catalog = get_catalog()
+    node_hook = parse_hook("title", catalog.plugins_dir / "title" / "on_Snapshot__54_title.js")
 
     async def esbuild_path() -> str:
         return esbuild
 
-    bundles = PuppeteerBundles(tmp_path / "node-bundles", [get_catalog().plugins_dir])
-    shadow = asyncio.run(bundles.build(binaries.paths["NODE_PATH"], node, esbuild_path))
-    assert shadow is not None and (shadow / "puppeteer-core" / "bundle.js").is_file()
+    async def scenario() -> list[str]:
+        bundles = PuppeteerBundles(tmp_path / "node-bundles", [catalog.plugins_dir])
+        warm = WarmInterpreters(tmp_path / "warm", catalog, ["title"], bundles=bundles)
+        await warm.node_path(node_hook, binaries, esbuild_path)  # starts the build, as an executor's first hook
+        await bundles.wait()
+        return (await warm.node_path(node_hook, binaries, esbuild_path)).paths["NODE_PATH"]
+
+    with caplog.at_level(logging.WARNING, logger="boxcar.hook_executor.warm.nodebundle"):
+        shadow = Path(asyncio.run(scenario())[0])
+    assert "no puppeteer-core bundle built" not in caplog.text
+    assert (shadow / "puppeteer-core" / "bundle.js").is_file() and str(tmp_path / "node-bundles") in str(shadow)
 
 
 def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first_hook(tmp_path, chrome_binaries):

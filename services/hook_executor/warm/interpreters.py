@@ -202,7 +202,9 @@ class WarmInterpreters:
         if self.bundles is None or hook.language != "node":
             return binaries
         node_path = binaries.paths.get("NODE_PATH", [])
-        front = await self.bundles.node_path(node_path, binaries.values.get("NODE_BINARY") or "node", esbuild)
+        front = await self.bundles.node_path(
+            node_path, binaries.values.get("NODE_BINARY") or "node", esbuild, binaries.paths.get("PATH", [])
+        )
         if not front:
             return binaries
         return BinaryEnv(binaries.values, {**binaries.paths, "NODE_PATH": [*front, *node_path]})

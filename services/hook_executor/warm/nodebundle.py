@@ -58,9 +58,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
+from boxcar.hook_executor.binaries import BinaryEnv
 from boxcar.shared.secrets import public_environ
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,13 @@ class PuppeteerBundles:
         self._located: dict[tuple[str, ...], asyncio.Task[Path | None]] = {}
         self._entries: asyncio.Task[list[str]] | None = None
 
-    async def node_path(self, node_path: list[str], node: str, esbuild: Callable[[], Awaitable[str]]) -> list[str]:
+    async def node_path(
+        self,
+        node_path: list[str],
+        node: str,
+        esbuild: Callable[[], Awaitable[str]],
+        bin_dirs: Sequence[str] = (),
+    ) -> list[str]:
         """Directories to put in front of a Node hook's ``NODE_PATH`` (``node_path``, run with
         Node ``node``): ``[shadow node_modules]`` once its bundle is built or a build's record
         (``located/``) shows it built and current, else ``[]``. The first call for a
@@ -161,6 +168,8 @@ class PuppeteerBundles:
         Args:
             esbuild: returns esbuild's path (resolved, installing if needed, through the
                 binary-resolver); awaited only when a build starts; raises when it cannot be had.
+            bin_dirs: the directories the hooks get in front of ``PATH`` (``BinaryEnv.paths``),
+                node's among them; the build runs with them too.
         """
         if not node_path:
             return []
@@ -168,7 +177,7 @@ class PuppeteerBundles:
         if key not in self._builds:
             loop = asyncio.get_running_loop()
             self._located[key] = loop.create_task(self._locate(key, node))
-            self._builds[key] = loop.create_task(self._build_logged(key, node, esbuild))
+            self._builds[key] = loop.create_task(self._build_logged(key, node, esbuild, bin_dirs))
         # a cancelled caller must not cancel the lookup the other hooks wait for (once it is done,
         # awaiting it returns at once)
         located = await asyncio.shield(self._located[key])
@@ -245,12 +254,12 @@ class PuppeteerBundles:
                     os.unlink(staging)
 
     async def _build_logged(
-        self, node_path: tuple[str, ...], node: str, esbuild: Callable[[], Awaitable[str]]
+        self, node_path: tuple[str, ...], node: str, esbuild: Callable[[], Awaitable[str]], bin_dirs: Sequence[str]
     ) -> tuple[bool, Path | None]:
         """``build``'s answer as ``(True, shadow or None)``; ``(False, None)`` when it failed
         (logged once; a current record still counts then)."""
         try:
-            shadow = await self.build(list(node_path), node, esbuild)
+            shadow = await self.build(list(node_path), node, esbuild, bin_dirs)
         except (BundleError, OSError) as exc:  # OSError: the lib dir is not writable, or is full
             log.warning(
                 "no puppeteer-core bundle built: %s (hooks load it unbundled, or an earlier bundle if current)", exc
@@ -265,21 +274,27 @@ class PuppeteerBundles:
             log.info("browser hooks load puppeteer-core from %s", shadow)
         return True, shadow
 
-    async def build(self, node_path: list[str], node: str, esbuild: Callable[[], Awaitable[str]]) -> Path | None:
+    async def build(
+        self,
+        node_path: list[str],
+        node: str,
+        esbuild: Callable[[], Awaitable[str]],
+        bin_dirs: Sequence[str] = (),
+    ) -> Path | None:
         """The shadow ``node_modules`` for puppeteer-core as ``node_path`` resolves it, built now
         unless it exists; None when ``node_path`` has no puppeteer-core (nor puppeteer).
-        ``node`` and ``esbuild`` as for ``node_path``.
+        ``node``, ``esbuild`` and ``bin_dirs`` as for ``node_path``.
 
         Raises:
             BundleError: esbuild unavailable, a step failed or timed out, or the self-check failed.
         """
         entries = await self._entry_points()
-        # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH;
-        # node's directory first on PATH: npm's esbuild is a ``#!/usr/bin/env node`` script, and
-        # in Boxcar's image Node comes from npm (ABXPKG_LIB_DIR), not from a directory on PATH
-        clean = {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
-        if os.path.dirname(node):
-            clean["PATH"] = os.pathsep.join(p for p in (os.path.dirname(node), clean.get("PATH")) if p)
+        # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH,
+        # with the hooks' binary directories in front of PATH as theirs are: npm's esbuild is a
+        # ``#!/usr/bin/env node`` script, and in Boxcar's image Node comes from npm (ABXPKG_LIB_DIR)
+        clean = BinaryEnv({}, {"PATH": list(bin_dirs)}).apply(
+            {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
+        )
         env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}
         packages = _packages(node_path)  # as the resolution below sees them (for the record)
         out = await _run([node, str(HELPER), "resolve", ",".join(PACKAGES), *entries], env, "resolving puppeteer-core")
