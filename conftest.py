@@ -260,16 +260,38 @@ def pytest_configure(config) -> None:
         "markers", "needs_nats: starts a NATS server, a stack or another server, e.g. S3 (not in `make check`)"
     )
     config.addinivalue_line(
+        "markers",
+        "check: a libs/ or services/ test that starts no NATS (`make check` runs these, `make test` the rest)",
+    )
+    config.addinivalue_line("markers", "separate: a long suite left to its own make target (SEPARATE), not `make test`")
+    config.addinivalue_line(
         "markers", "archivebox_09: builds an ArchiveBox 0.9 collection (Python 3.13; `make test-archivebox-import`)"
     )
 
 
+#: where ``make check``'s tests live (with no NATS fixture)
+CHECK_DIRS = (REPO / "libs", REPO / "services")
+
+#: long suites ``make test`` (and so CI) leaves to their own make target, marked ``separate``:
+#: ArchiveBox's collections built by ArchiveBox itself (4 min), the three-server NATS cluster
+SEPARATE = {
+    REPO / "tests" / "test_import_archivebox.py": "test-archivebox-import",
+    REPO / "tests" / "faults" / "test_nats_cluster.py": "test-nats-cluster",
+}
+
+
 def pytest_collection_modifyitems(items) -> None:
-    """Mark every test that starts NATS, so ``make check`` can run the rest quickly
-    (``-m "not needs_nats"``) and ``make test`` runs them all."""
+    """Mark every test that starts NATS (``needs_nats``), and every other test of libs/ and
+    services/ ``check``: ``make check`` runs ``-m check`` quickly, and ``make test`` then runs
+    ``-m "not check and not separate"``, so each test runs once, in one of the two or in its own
+    target (``SEPARATE``)."""
     for item in items:
+        if Path(item.path) in SEPARATE:
+            item.add_marker(pytest.mark.separate)
         if NATS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.needs_nats)
+        elif any(Path(item.path).is_relative_to(d) for d in CHECK_DIRS):
+            item.add_marker(pytest.mark.check)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
