@@ -22,7 +22,7 @@ from boxcar.hook_executor.binaries import BinaryEnv, BinaryUnavailable
 from boxcar.hook_executor.warm import WarmInterpreters
 from boxcar.hook_executor.warm.nodebundle import HELPER, PACKAGES, PuppeteerBundles, entry_points
 from boxcar.shared.binaries import ESBUILD
-from boxcar.shared.messages import BinaryRequest
+from boxcar.shared.messages import BinaryRecord, BinaryRequest
 from boxcar.shared.plugins import get_catalog, parse_hook
 from boxcar.shared.settings import Settings
 from tests.test_browser import corpus_pages
@@ -38,24 +38,16 @@ def chrome_binaries(lib_dir: Path) -> tuple[BinaryEnv, str]:
     resolved = catalog.resolve_config(["chrome"], environ)
     section = {**resolved.get("base", {}), **resolved.get("chrome", {})}
     providers = list(settings.binary_install_providers)
-    values: dict[str, str] = {}
-    paths = BinaryEnv()
 
-    def resolve(record: dict) -> str:
-        nonlocal paths
+    def resolve(record: dict) -> BinaryRecord:
         reply = resolve_binary(
             BinaryRequest.from_record(record, plugin="chrome", machine="test"), lib_dir, providers, "test"
         )
         assert reply.ok and reply.binary, reply.error
-        paths = BinaryEnv({}, {"PATH": reply.binary.bin_dirs, **reply.binary.env_paths}).merged(paths)
-        return reply.binary.abspath
+        return reply.binary
 
-    for key, record in catalog.required_binaries("chrome", section, str(lib_dir)):
-        path = resolve(record)
-        if key:
-            values[key] = path
-    chrome = BinaryEnv(values, paths.paths)
-    return chrome, resolve(ESBUILD)
+    records = catalog.required_binaries("chrome", section, str(lib_dir))
+    return BinaryEnv.of([(key, resolve(record)) for key, record in records]), resolve(ESBUILD).abspath
 
 
 def test_entry_points_are_what_the_hooks_require(tmp_path):
@@ -123,9 +115,9 @@ def test_hooks_load_the_bundle_and_drive_a_real_chromium_as_before(tmp_path, chr
     async def esbuild_path() -> str:
         return esbuild
 
-    shadow = asyncio.run(bundles.build(node_path, node, esbuild_path))
+    shadow = asyncio.run(bundles.build(binaries, esbuild_path))
     assert shadow is not None and shadow.name == "node_modules"
-    assert asyncio.run(bundles.build(node_path, node, esbuild_path)) == shadow  # built once
+    assert asyncio.run(bundles.build(binaries, esbuild_path)) == shadow  # built once
     script = tmp_path / "capture.js"
     script.write_text(textwrap.dedent(LOAD_AND_CAPTURE))
     ((url, meta),) = corpus_pages(corpus_server, 1)
@@ -230,8 +222,6 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
     NODE_PATH shadows, or whose hooks name other entries is not used; a lib dir that takes no
     record loses only the shortcut."""
     binaries, esbuild = chrome_binaries
-    node = binaries.values["NODE_BINARY"]
-    node_path = binaries.paths["NODE_PATH"]
     plugins_dir = get_catalog().plugins_dir
     root = tmp_path / "node-bundles"
 
@@ -252,14 +242,14 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
         root.mkdir()
         (root / "located").write_text("not a directory: no record can be written")
         first = bundles()
-        assert await first.node_path(node_path, node, esbuild_path) == []  # nothing recorded yet
+        assert await first.node_path(binaries, esbuild_path) == []  # nothing recorded yet
         await first.wait()
-        shadow = (await first.node_path(node_path, node, esbuild_path))[0]  # built all the same
+        shadow = (await first.node_path(binaries, esbuild_path))[0]  # built all the same
         (root / "located").unlink()
         finder = bundles()  # finds the bundle built, and records it
-        assert await finder.node_path(node_path, node, esbuild_path) == []
+        assert await finder.node_path(binaries, esbuild_path) == []
         await finder.wait()
-        assert await finder.node_path(node_path, node, esbuild_path) == [shadow]
+        assert await finder.node_path(binaries, esbuild_path) == [shadow]
 
         gate = asyncio.Event()  # the next build cannot get past esbuild until the gate opens
 
@@ -268,11 +258,11 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
             return esbuild
 
         second = bundles()
-        hooks = await asyncio.gather(*(second.node_path(node_path, node, gated_esbuild) for _ in range(5)))
+        hooks = await asyncio.gather(*(second.node_path(binaries, gated_esbuild) for _ in range(5)))
         assert hooks == [[shadow]] * 5  # five hooks starting together, before the build got anywhere
         gate.set()
         await second.wait()
-        assert await second.node_path(node_path, node, gated_esbuild) == [shadow]  # the build agrees
+        assert await second.node_path(binaries, gated_esbuild) == [shadow]  # the build agrees
 
         # the record names another whole bundle: used until the build answers, then the build's wins
         (record,) = (root / "located").glob("*.json")
@@ -282,21 +272,21 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
         record.write_text(json.dumps({**body, "bundle": copy.name}))
         gate = asyncio.Event()
         other = bundles()
-        assert await other.node_path(node_path, node, gated_esbuild) == [str(copy / "node_modules")]
+        assert await other.node_path(binaries, gated_esbuild) == [str(copy / "node_modules")]
         gate.set()
         await other.wait()
-        assert await other.node_path(node_path, node, gated_esbuild) == [shadow]
+        assert await other.node_path(binaries, gated_esbuild) == [shadow]
         assert json.loads(record.read_text())["bundle"] == Path(shadow).parent.name  # recorded again
         shutil.rmtree(copy)
 
         # esbuild gone since: the recorded bundle is still whole and current
         offline = bundles()
-        assert await offline.node_path(node_path, node, no_esbuild) == [shadow]
+        assert await offline.node_path(binaries, no_esbuild) == [shadow]
         await offline.wait()
-        assert await offline.node_path(node_path, node, no_esbuild) == [shadow]
+        assert await offline.node_path(binaries, no_esbuild) == [shadow]
 
         async def first_hook(bundles: PuppeteerBundles) -> list[str]:
-            front = await bundles.node_path(node_path, node, no_esbuild)
+            front = await bundles.node_path(binaries, no_esbuild)
             await bundles.wait()  # its build (failing without esbuild) ends inside this loop
             return front
 
@@ -317,16 +307,16 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
         # another puppeteer-core installed since, earlier on the same NODE_PATH: not used
         early = tmp_path / "early"
         early.mkdir()
-        shadowed = [str(early), *node_path]
+        shadowed = binaries.merged(BinaryEnv({}, {"NODE_PATH": [str(early)]}))
         before = set((root / "located").glob("*.json"))
         recorder = bundles()
-        await recorder.node_path(shadowed, node, esbuild_path)
+        await recorder.node_path(shadowed, esbuild_path)
         await recorder.wait()
-        assert await recorder.node_path(shadowed, node, esbuild_path) == [shadow]  # recorded for it
+        assert await recorder.node_path(shadowed, esbuild_path) == [shadow]  # recorded for it
         (early / "puppeteer-core").mkdir()
         (early / "puppeteer-core" / "package.json").write_text('{"name": "puppeteer-core", "version": "0.0.1"}')
         late = bundles()
-        assert await late.node_path(shadowed, node, no_esbuild) == []
+        assert await late.node_path(shadowed, no_esbuild) == []
         await late.wait()
 
         # the record names a package.json that changed since (another mtime): not used

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -45,6 +46,22 @@ class BinaryEnv(msgspec.Struct):
 
     values: dict[str, str] = {}
     paths: dict[str, list[str]] = {}
+
+    @classmethod
+    def of(cls, resolved: Iterable[tuple[str | None, BinaryRecord]]) -> BinaryEnv:
+        """What a hook needs to find its resolved binaries, ``[(config_key, binary)]`` in the
+        plugin's order: each ``config_key`` (``WGET_BINARY``; None for none) set to its binary's
+        abspath, and each binary's ``bin_dirs`` in front of ``PATH`` and its ``env_paths``
+        (``NODE_PATH``, …) in front of theirs, the first binary's first, each directory once;
+        variables with no directory are left out."""
+        values: dict[str, str] = {}
+        paths: dict[str, list[str]] = {}
+        for config_key, binary in resolved:
+            if config_key:
+                values[config_key] = binary.abspath
+            for var, dirs in {"PATH": binary.bin_dirs, **binary.env_paths}.items():
+                paths[var] = list(dict.fromkeys([*paths.get(var, []), *dirs]))
+        return cls(values, {var: dirs for var, dirs in paths.items() if dirs})
 
     def merged(self, other: BinaryEnv) -> BinaryEnv:
         """This env with ``other``'s values and, in front of ours, its directories."""
@@ -90,16 +107,11 @@ class BinaryClient:
             BinaryUnavailable: a binary cannot be had (the hook must be recorded failed).
             ResolverUnreachable: no resolver answered.
         """
-        values: dict[str, str] = {}
-        paths: dict[str, list[str]] = {"PATH": []}
-        for config_key, record in records:
-            binary = await self.resolve(BinaryRequest.from_record(record, plugin=plugin, machine=self.machine))
-            if config_key:
-                values[config_key] = binary.abspath
-            for var, entries in {"PATH": binary.bin_dirs, **binary.env_paths}.items():
-                known = paths.setdefault(var, [])
-                known.extend(e for e in entries if e not in known)
-        return BinaryEnv(values, {var: dirs for var, dirs in paths.items() if dirs})
+        resolved = [
+            (config_key, await self.resolve(BinaryRequest.from_record(record, plugin=plugin, machine=self.machine)))
+            for config_key, record in records
+        ]
+        return BinaryEnv.of(resolved)
 
     async def tool(self, record: dict[str, Any], plugin: str) -> str:
         """The path of a tool Boxcar itself runs for ``plugin``'s hooks (a ``required_binaries``-shaped

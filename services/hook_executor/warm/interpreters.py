@@ -201,13 +201,8 @@ class WarmInterpreters:
         """
         if self.bundles is None or hook.language != "node":
             return binaries
-        node_path = binaries.paths.get("NODE_PATH", [])
-        front = await self.bundles.node_path(
-            node_path, binaries.values.get("NODE_BINARY") or "node", esbuild, binaries.paths.get("PATH", [])
-        )
-        if not front:
-            return binaries
-        return BinaryEnv(binaries.values, {**binaries.paths, "NODE_PATH": [*front, *node_path]})
+        front = await self.bundles.node_path(binaries, esbuild)
+        return binaries.merged(BinaryEnv({}, {"NODE_PATH": front})) if front else binaries
 
     def reap(self) -> None:
         """Collect the exit status of zygotes that exited idle (no zombie waits for the next hook)."""

@@ -58,7 +58,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from boxcar.hook_executor.binaries import BinaryEnv
@@ -135,6 +135,12 @@ def _bundle_entry(files: dict[str, str]) -> str:
     )
 
 
+def _node_of(binaries: BinaryEnv) -> tuple[list[str], str]:
+    """``(NODE_PATH directories, Node's path)`` of a Node hook's ``binaries`` (``"node"``, found
+    on ``PATH``, when no ``NODE_BINARY`` is set)."""
+    return binaries.paths.get("NODE_PATH", []), binaries.values.get("NODE_BINARY") or "node"
+
+
 class PuppeteerBundles:
     """The bundles of one executor process: which shadow ``node_modules`` (if any) goes in front of
     a Node hook's ``NODE_PATH``.
@@ -152,32 +158,28 @@ class PuppeteerBundles:
         self._located: dict[tuple[str, ...], asyncio.Task[Path | None]] = {}
         self._entries: asyncio.Task[list[str]] | None = None
 
-    async def node_path(
-        self,
-        node_path: list[str],
-        node: str,
-        esbuild: Callable[[], Awaitable[str]],
-        bin_dirs: Sequence[str] = (),
-    ) -> list[str]:
-        """Directories to put in front of a Node hook's ``NODE_PATH`` (``node_path``, run with
-        Node ``node``): ``[shadow node_modules]`` once its bundle is built or a build's record
-        (``located/``) shows it built and current, else ``[]``. The first call for a
-        ``node_path`` starts the build in the background (once per ``node_path``) and waits only
-        for the record to be read (a file and a few stats, after the entry scan of ``script_dirs``).
+    async def node_path(self, binaries: BinaryEnv, esbuild: Callable[[], Awaitable[str]]) -> list[str]:
+        """Directories to put in front of the ``NODE_PATH`` of a Node hook that gets ``binaries``
+        (its ``NODE_PATH``, run with its ``NODE_BINARY``): ``[shadow node_modules]`` once its
+        bundle is built or a build's record (``located/``) shows it built and current, else
+        ``[]``. The first call for a ``NODE_PATH`` starts the build in the background (once per
+        ``NODE_PATH``) and waits only for the record to be read (a file and a few stats, after the
+        entry scan of ``script_dirs``).
 
         Args:
+            binaries: the hook's binaries (``WarmInterpreters.node_path``); the build runs with
+                their ``PATH`` directories in front, as the hooks do.
             esbuild: returns esbuild's path (resolved, installing if needed, through the
                 binary-resolver); awaited only when a build starts; raises when it cannot be had.
-            bin_dirs: the directories the hooks get in front of ``PATH`` (``BinaryEnv.paths``),
-                node's among them; the build runs with them too.
         """
+        node_path, node = _node_of(binaries)
         if not node_path:
             return []
         key = tuple(node_path)
         if key not in self._builds:
             loop = asyncio.get_running_loop()
             self._located[key] = loop.create_task(self._locate(key, node))
-            self._builds[key] = loop.create_task(self._build_logged(key, node, esbuild, bin_dirs))
+            self._builds[key] = loop.create_task(self._build_logged(binaries, esbuild))
         # a cancelled caller must not cancel the lookup the other hooks wait for (once it is done,
         # awaiting it returns at once)
         located = await asyncio.shield(self._located[key])
@@ -254,12 +256,12 @@ class PuppeteerBundles:
                     os.unlink(staging)
 
     async def _build_logged(
-        self, node_path: tuple[str, ...], node: str, esbuild: Callable[[], Awaitable[str]], bin_dirs: Sequence[str]
+        self, binaries: BinaryEnv, esbuild: Callable[[], Awaitable[str]]
     ) -> tuple[bool, Path | None]:
         """``build``'s answer as ``(True, shadow or None)``; ``(False, None)`` when it failed
         (logged once; a current record still counts then)."""
         try:
-            shadow = await self.build(list(node_path), node, esbuild, bin_dirs)
+            shadow = await self.build(binaries, esbuild)
         except (BundleError, OSError) as exc:  # OSError: the lib dir is not writable, or is full
             log.warning(
                 "no puppeteer-core bundle built: %s (hooks load it unbundled, or an earlier bundle if current)", exc
@@ -274,25 +276,20 @@ class PuppeteerBundles:
             log.info("browser hooks load puppeteer-core from %s", shadow)
         return True, shadow
 
-    async def build(
-        self,
-        node_path: list[str],
-        node: str,
-        esbuild: Callable[[], Awaitable[str]],
-        bin_dirs: Sequence[str] = (),
-    ) -> Path | None:
-        """The shadow ``node_modules`` for puppeteer-core as ``node_path`` resolves it, built now
-        unless it exists; None when ``node_path`` has no puppeteer-core (nor puppeteer).
-        ``node``, ``esbuild`` and ``bin_dirs`` as for ``node_path``.
+    async def build(self, binaries: BinaryEnv, esbuild: Callable[[], Awaitable[str]]) -> Path | None:
+        """The shadow ``node_modules`` for puppeteer-core as the ``NODE_PATH`` of ``binaries``
+        resolves it, built now unless it exists; None when that ``NODE_PATH`` has no
+        puppeteer-core (nor puppeteer). ``binaries`` and ``esbuild`` as for ``node_path``.
 
         Raises:
             BundleError: esbuild unavailable, a step failed or timed out, or the self-check failed.
         """
+        node_path, node = _node_of(binaries)
         entries = await self._entry_points()
         # the executor's environment without Boxcar's secrets (as for hooks) and its own NODE_PATH,
         # with the hooks' binary directories in front of PATH as theirs are: npm's esbuild is a
         # ``#!/usr/bin/env node`` script, and in Boxcar's image Node comes from npm (ABXPKG_LIB_DIR)
-        clean = BinaryEnv({}, {"PATH": list(bin_dirs)}).apply(
+        clean = BinaryEnv({}, {"PATH": binaries.paths.get("PATH", [])}).apply(
             {k: v for k, v in public_environ().items() if k != "NODE_PATH"}
         )
         env = {**clean, "NODE_PATH": os.pathsep.join(node_path)}

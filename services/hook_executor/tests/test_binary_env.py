@@ -1,0 +1,32 @@
+"""BinaryEnv: the one rule for what a hook's environment gets from its resolved binaries
+(``BinaryEnv.of`` for one binary, ``merged`` for several, ``apply`` onto an environment)."""
+
+from __future__ import annotations
+
+import os
+
+from boxcar.hook_executor.binaries import BinaryEnv
+from boxcar.shared.messages import BinaryRecord
+
+
+def test_binaries_merged_in_order_keep_the_first_ones_directories_first_and_each_once():
+    node = BinaryRecord(
+        name="node",
+        abspath="/lib/npm/bin/node",
+        bin_dirs=["/lib/npm/bin", "/lib/npm/bin"],
+        env_paths={"NODE_PATH": ["/lib/npm/node_modules"], "EMPTY": []},
+    )
+    chrome = BinaryRecord(name="chromium", abspath="/usr/bin/chromium", bin_dirs=["/usr/bin", "/lib/npm/bin"])
+    assert BinaryEnv.of([("NODE_BINARY", node)]) == BinaryEnv(
+        {"NODE_BINARY": "/lib/npm/bin/node"}, {"PATH": ["/lib/npm/bin"], "NODE_PATH": ["/lib/npm/node_modules"]}
+    )
+    assert BinaryEnv.of([(None, chrome)]) == BinaryEnv({}, {"PATH": ["/usr/bin", "/lib/npm/bin"]})  # no key
+
+    env = BinaryEnv.of([("NODE_BINARY", node), ("CHROME_BINARY", chrome)])
+    assert env.values == {"NODE_BINARY": "/lib/npm/bin/node", "CHROME_BINARY": "/usr/bin/chromium"}
+    assert env.paths == {"PATH": ["/lib/npm/bin", "/usr/bin"], "NODE_PATH": ["/lib/npm/node_modules"]}
+
+    applied = env.apply({"PATH": "/bin", "HOME": "/root"})
+    assert applied["PATH"] == os.pathsep.join(["/lib/npm/bin", "/usr/bin", "/bin"])
+    assert applied["NODE_PATH"] == "/lib/npm/node_modules" and applied["HOME"] == "/root"
+    assert applied["CHROME_BINARY"] == "/usr/bin/chromium"
