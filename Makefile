@@ -40,13 +40,14 @@ check: install
 
 # boxcar import-archivebox against real collections ArchiveBox 0.7.x and 0.9 make here (their
 # tools are installed once under .cache/; 0.9 needs a Python >= 3.13)
+# (each separate suite is chosen by its marker, from SEPARATE in conftest.py)
 test-archivebox-import: install
-	$(VENV)/bin/pytest -q tests/test_import_archivebox.py
+	$(VENV)/bin/pytest -q -m archivebox_import tests
 
 # the three-server NATS cluster with its leader killed mid-crawl (tests/faults/test_nats_cluster.py;
 # like test-archivebox-import, left out of `make test` for time: the note of each change reports it)
 test-nats-cluster: install
-	$(VENV)/bin/pytest -q tests/faults/test_nats_cluster.py
+	$(VENV)/bin/pytest -q -m nats_cluster tests
 
 typecheck: install
 	$(PY) scripts/typecheck.py

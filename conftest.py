@@ -264,6 +264,8 @@ def pytest_configure(config) -> None:
         "check: a libs/ or services/ test that starts no NATS (`make check` runs these, `make test` the rest)",
     )
     config.addinivalue_line("markers", "separate: a long suite left to its own make target (SEPARATE), not `make test`")
+    for marker, target in SEPARATE.values():
+        config.addinivalue_line("markers", f"{marker}: the suite `make {target}` runs (-m {marker}; SEPARATE)")
     config.addinivalue_line(
         "markers", "archivebox_09: builds an ArchiveBox 0.9 collection (Python 3.13; `make test-archivebox-import`)"
     )
@@ -272,11 +274,12 @@ def pytest_configure(config) -> None:
 #: where ``make check``'s tests live (with no NATS fixture)
 CHECK_DIRS = (REPO / "libs", REPO / "services")
 
-#: long suites ``make test`` (and so CI) leaves to their own make target, marked ``separate``:
+#: long suites ``make test`` (and so CI) leaves to their own make target, marked ``separate`` and
+#: their own marker, which the target selects (``pytest -m <marker>``; the only list of them):
 #: ArchiveBox's collections built by ArchiveBox itself (4 min), the three-server NATS cluster
 SEPARATE = {
-    REPO / "tests" / "test_import_archivebox.py": "test-archivebox-import",
-    REPO / "tests" / "faults" / "test_nats_cluster.py": "test-nats-cluster",
+    REPO / "tests" / "test_import_archivebox.py": ("archivebox_import", "test-archivebox-import"),
+    REPO / "tests" / "faults" / "test_nats_cluster.py": ("nats_cluster", "test-nats-cluster"),
 }
 
 
@@ -288,6 +291,7 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if Path(item.path) in SEPARATE:
             item.add_marker(pytest.mark.separate)
+            item.add_marker(SEPARATE[Path(item.path)][0])
         if NATS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.needs_nats)
         elif any(Path(item.path).is_relative_to(d) for d in CHECK_DIRS):
