@@ -208,7 +208,9 @@ def test_five_concurrent_adds_of_the_same_urls_make_each_snapshot_once(tmp_path,
     assert all(r.returncode == 0 for r in runs), [r.stderr[-1500:] for r in runs]
     summaries = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
     assert sum(s["snapshots"]["total"] for s in summaries) == 20, summaries
-    assert sum(s["merged"] for s in summaries) == 80
+    # an add that comes after some of the first crawl's snapshots were sealed is not given those
+    # URLs (archived before); the others are merged into the snapshots being archived
+    assert sum(s["merged"] + s["skipped_existing"] for s in summaries) == 80, summaries
     snapshot_dirs = list(data.glob("archive/users/*/snapshots/*/*/*"))
     assert len(snapshot_dirs) == 20
 

@@ -81,8 +81,9 @@ def dry_run_preview(urls: list[str], parsed: dict, settings) -> dict:
     }
 
 
-def summary(state: dict, data_dir: Path) -> dict:
-    """The ``--json`` summary of a crawl (see README)."""
+def summary(state: dict, data_dir: Path, skipped_existing: int = 0) -> dict:
+    """The ``--json`` summary of a crawl (see README); ``skipped_existing``: the URLs the crawl
+    was not given because they were archived before (``ONLY_NEW``, decided when it was made)."""
     results = state["results"]
     return {
         "crawl_id": state["id"],
@@ -94,6 +95,7 @@ def summary(state: dict, data_dir: Path) -> dict:
         "network_errors": state.get("network_errors", 0),
         "results": {str(k): results.get(k, 0) for k in FINAL_RESULT_STATUSES},
         "merged": state.get("merged", 0),
+        "skipped_existing": skipped_existing,
         "refused": state.get("refused", 0),
         "refusal": state.get("refusal", ""),
         "data_dir": str(data_dir),
@@ -164,6 +166,7 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
                 imported = client.import_files(uploads, params)
                 counts = imported["counts"]
                 crawl_id = imported["crawl_id"]
+                skipped_existing = counts["skipped_existing"]
                 err.print(
                     f"crawl [bold]{crawl_id}[/]: {imported['format']}, {counts['entries']} entries → "
                     f"{counts['accepted']} queued, {counts['duplicates']} duplicates merged, "
@@ -177,9 +180,10 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
                     payload["only_new"] = only_new
                 created = client.create_crawl(payload)
                 crawl_id = created["id"]
+                skipped_existing = created.get("skipped_existing", 0)
                 err.print(
                     f"crawl [bold]{crawl_id}[/] queued with {created['urls']} URL(s)"
-                    + (f" ({created['skipped_existing']} archived before)" if created.get("skipped_existing") else "")
+                    + (f" ({skipped_existing} archived before)" if skipped_existing else "")
                 )
         except ApiError as exc:
             fail(str(exc), 2)
@@ -197,7 +201,7 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
         except KeyboardInterrupt:
             fail(f"interrupted; crawl {crawl_id} continues when Boxcar runs again", 130)
         empty = [] if as_json else _unarchived(client, crawl_id)
-    result = summary(state, settings.data_dir)
+    result = summary(state, settings.data_dir, skipped_existing)
     if as_json:
         click.echo(json.dumps(result))
     else:
