@@ -25,8 +25,13 @@ run: install
 	$(VENV)/bin/boxcar install
 	@if [ -n "$(URLS)" ]; then $(VENV)/bin/boxcar add --wait $(URLS); else $(VENV)/bin/boxcar demo; fi
 
+# Tests run TEST_WORKERS at a time (pytest-xdist; 0: one by one, in this process). Most of the
+# stack tests wait on real outages, crawls and Chromium rather than on the CPU, so two at a time
+# take half the time on two cores; a test file stays on one worker (its module fixtures built once).
+TEST_WORKERS ?= 2
+
 test: install check
-	$(VENV)/bin/pytest -m "not check and not separate"
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not check and not separate"
 	$(MAKE) compose-test
 
 # The guards, first in CI (and in .pre-commit-config.yaml): lint, format, types, and the fast
@@ -36,7 +41,7 @@ check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/typecheck.py
-	$(VENV)/bin/pytest -q -m check libs services
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) -m check libs services
 
 # boxcar import-archivebox against real collections ArchiveBox 0.7.x and 0.9 make here (their
 # tools are installed once under .cache/; 0.9 needs a Python >= 3.13)

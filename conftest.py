@@ -298,10 +298,29 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.check)
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """The fault scenarios' table rows (``FAULT …``, tests/faults/harness.py) at the end of the run."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Carry the fault scenarios' table rows a test added (``FAULT …``, tests/faults/harness.py)
+    on its report (``user_properties``), so that they reach the summary from an xdist worker too
+    (and the JUnit file)."""
+    report = yield
     harness = sys.modules.get("tests.faults.harness")
     if harness is not None and harness.REPORT:
+        report.user_properties.extend(("fault", line) for line in harness.REPORT)
+        harness.REPORT.clear()
+    return report
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The fault scenarios' table rows at the end of the run."""
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        for key, value in getattr(report, "user_properties", ())
+        if key == "fault"
+    ]
+    if lines:
         terminalreporter.section("fault scenarios")
-        for line in harness.REPORT:
+        for line in lines:
             terminalreporter.write_line(line)
