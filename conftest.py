@@ -212,7 +212,8 @@ def site_urls(request) -> Callable[[int], list[str]]:
 
 @pytest.fixture(scope="session")
 def lib_dir(tmp_path_factory) -> Path:
-    """One ABXPKG_LIB_DIR for the session: managed installs (trafilatura) happen once."""
+    """One ABXPKG_LIB_DIR for the session (for each xdist worker: its own): managed installs
+    (trafilatura) happen once there."""
     return tmp_path_factory.mktemp("lib")
 
 
@@ -292,8 +293,8 @@ def pytest_collection_modifyitems(items) -> None:
         if Path(item.path) in SEPARATE:
             item.add_marker(pytest.mark.separate)
             item.add_marker(SEPARATE[Path(item.path)][0])
-        if NATS_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.needs_nats)
+        if item.get_closest_marker("needs_nats") or NATS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.needs_nats)  # (a case that starts a server marks itself so)
         elif any(Path(item.path).is_relative_to(d) for d in CHECK_DIRS):
             item.add_marker(pytest.mark.check)
 

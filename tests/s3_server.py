@@ -9,6 +9,7 @@ their performance; moto keeps objects in memory and answers every signed request
 
 from __future__ import annotations
 
+import fcntl
 import os
 import selectors
 import socket
@@ -30,13 +31,16 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "boxcar-test", "AWS_SECRET_ACCESS_KEY": "box
 def moto_server_binary() -> str:
     """``moto_server`` from its own venv, installed there on first use (about 30 s)."""
     binary = VENV / "bin" / "moto_server"
-    if not binary.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        subprocess.run(
-            [str(VENV / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", MOTO_SPEC],
-            check=True,
-            timeout=600,
-        )
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test workers at once: one installs, the other waits
+        if not binary.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+            subprocess.run(
+                [str(VENV / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", MOTO_SPEC],
+                check=True,
+                timeout=600,
+            )
     return str(binary)
 
 
