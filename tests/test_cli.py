@@ -44,6 +44,13 @@ def test_add_wait_json_archives_30_corpus_pages(corpus_server, tmp_path, lib_dir
     assert sum(summary["results"].values()) == sum(len(s["results"]) for s in snapshots)
     assert not (tmp_path / "data" / ".boxcar" / "stack.json").exists(), "embedded stack left its stack file"
 
+    # the same pages again (ONLY_NEW): the summary says they were archived before
+    urls = [s["url"] for s in snapshots[:3]]
+    again = run_boxcar("add", "--wait", "--json", *urls, data_dir=tmp_path / "data", lib_dir=lib_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = json.loads(again.stdout.strip().splitlines()[-1])
+    assert (second["skipped_existing"], second["snapshots"]["total"], second["merged"]) == (3, 0, 0), second
+
 
 def test_demo_archives_the_bundled_site(tmp_path, lib_dir):
     done = run_boxcar("demo", "--json", data_dir=tmp_path / "data", lib_dir=lib_dir)

@@ -170,7 +170,7 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
                 err.print(
                     f"crawl [bold]{crawl_id}[/]: {imported['format']}, {counts['entries']} entries → "
                     f"{counts['accepted']} queued, {counts['duplicates']} duplicates merged, "
-                    f"{counts['skipped_existing']} archived before, {counts['rejected']} rejected"
+                    f"{skipped_existing} archived before, {counts['rejected']} rejected"
                 )
                 for r in imported["rejected"][:10]:
                     err.print(f"  [yellow]{r['where']}[/]: {r['reason']} ({r['value'][:80]})")
@@ -180,7 +180,7 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
                     payload["only_new"] = only_new
                 created = client.create_crawl(payload)
                 crawl_id = created["id"]
-                skipped_existing = created.get("skipped_existing", 0)
+                skipped_existing = created["skipped_existing"]
                 err.print(
                     f"crawl [bold]{crawl_id}[/] queued with {created['urls']} URL(s)"
                     + (f" ({skipped_existing} archived before)" if skipped_existing else "")
@@ -189,7 +189,7 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
             fail(str(exc), 2)
         if not (wait or stack is not None):
             if as_json:
-                click.echo(json.dumps({"crawl_id": crawl_id, "status": "queued"}))
+                click.echo(json.dumps({"crawl_id": crawl_id, "status": "queued", "skipped_existing": skipped_existing}))
             return
         from boxcar.shared.procutil import release_free_memory
 
