@@ -1,5 +1,5 @@
 """BinaryEnv: the one rule for what a hook's environment gets from its resolved binaries
-(``BinaryEnv.of`` for one binary, ``merged`` for several, ``apply`` onto an environment)."""
+(``BinaryEnv.of`` for a plugin's binaries in order, ``apply`` onto an environment)."""
 
 from __future__ import annotations
 

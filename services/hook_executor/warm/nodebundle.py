@@ -162,9 +162,9 @@ class PuppeteerBundles:
         """Directories to put in front of the ``NODE_PATH`` of a Node hook that gets ``binaries``
         (its ``NODE_PATH``, run with its ``NODE_BINARY``): ``[shadow node_modules]`` once its
         bundle is built or a build's record (``located/``) shows it built and current, else
-        ``[]``. The first call for a ``NODE_PATH`` starts the build in the background (once per
-        ``NODE_PATH``) and waits only for the record to be read (a file and a few stats, after the
-        entry scan of ``script_dirs``).
+        ``[]``. The first call for a ``NODE_PATH`` and Node starts the build in the background
+        (once per pair) and waits only for the record to be read (a file and a few stats, after
+        the entry scan of ``script_dirs``).
 
         Args:
             binaries: the hook's binaries (``WarmInterpreters.node_path``); the build runs with
@@ -175,10 +175,10 @@ class PuppeteerBundles:
         node_path, node = _node_of(binaries)
         if not node_path:
             return []
-        key = tuple(node_path)
+        key = (node, *node_path)  # as the record's (the first such hook's PATH is the build's)
         if key not in self._builds:
             loop = asyncio.get_running_loop()
-            self._located[key] = loop.create_task(self._locate(key, node))
+            self._located[key] = loop.create_task(self._locate(tuple(node_path), node))
             self._builds[key] = loop.create_task(self._build_logged(binaries, esbuild))
         # a cancelled caller must not cancel the lookup the other hooks wait for (once it is done,
         # awaiting it returns at once)
