@@ -5,6 +5,7 @@
 # Guards:
 #   make check          ruff, ruff format --check, mypy (strict on libs/shared), the fast tests
 #   make test-archivebox-import   import real ArchiveBox 0.7.x and 0.9 collections built here
+#   make test-nats-cluster   a three-server NATS cluster, its leader SIGKILLed mid-crawl
 #   make extension      the browser extension: dist/extension/boxcar-{chromium,firefox}.zip (extension-lint: web-ext lint)
 # The homelab stack (Docker Compose or podman-compose, whichever is here; README: "Docker Compose"):
 #   make compose-up     build the images, start the stack, wait for every healthcheck
@@ -19,7 +20,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check test-archivebox-import test-nats-cluster typecheck install system-deps up lint bench clean compose-up compose-down compose-test compose-test-cluster compose-test-store extension extension-lint
+.PHONY: run test check fast-tests test-archivebox-import test-nats-cluster typecheck install system-deps up lint bench clean compose-up compose-down compose-test compose-test-cluster compose-test-store extension extension-lint
 
 run: install
 	$(VENV)/bin/boxcar install
@@ -29,9 +30,10 @@ run: install
 # stack tests wait on real outages, crawls and Chromium rather than on the CPU, so two at a time
 # take half the time on two cores; a test file stays on one worker (its module fixtures built once).
 TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile
 
 test: install check
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not check and not separate"
+	$(VENV)/bin/pytest $(XDIST) -m "not check and not separate"
 	$(MAKE) compose-test
 
 # The guards, first in CI (and in .pre-commit-config.yaml): lint, format, types, and the fast
@@ -41,7 +43,11 @@ check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/typecheck.py
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) -m check libs services
+	$(MAKE) --no-print-directory fast-tests
+
+# make check's tests (also .pre-commit-config.yaml's, before a push)
+fast-tests: install
+	$(VENV)/bin/pytest -q $(XDIST) -m check libs services
 
 # boxcar import-archivebox against real collections ArchiveBox 0.7.x and 0.9 make here (their
 # tools are installed once under .cache/; 0.9 needs a Python >= 3.13)

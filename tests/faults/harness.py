@@ -34,7 +34,8 @@ from boxcar.shared.plugins import get_catalog
 #: Plugins of the fault scenarios: every family but the browser's, fast on 2 cores.
 PLUGINS = ["wget", "favicon", "htmltotext", "parse_html_urls", "hashes"]
 
-#: Every scenario's ``FAULT …`` line of this session, printed in pytest's terminal summary (conftest).
+#: The ``FAULT …`` lines of the running test; conftest moves them onto its report after it (an
+#: xdist worker's reports reach the controller) and prints them all in pytest's terminal summary.
 REPORT: list[str] = []
 
 
