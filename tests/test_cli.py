@@ -209,6 +209,8 @@ def test_five_concurrent_adds_of_the_same_urls_make_each_snapshot_once(tmp_path,
                     range(5),
                 )
             )
+        # an add that does not wait answers at once, in summary()'s "queued" shape
+        again = subprocess.run([BOXCAR, "add", "--json", urls[0]], env=env, capture_output=True, text=True, timeout=120)
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(60)
@@ -220,6 +222,14 @@ def test_five_concurrent_adds_of_the_same_urls_make_each_snapshot_once(tmp_path,
     assert sum(s["merged"] + s["skipped_existing"] for s in summaries) == 80, summaries
     snapshot_dirs = list(data.glob("archive/users/*/snapshots/*/*/*"))
     assert len(snapshot_dirs) == 20
+    assert again.returncode == 0, again.stderr[-1500:]
+    queued = json.loads(again.stdout)
+    assert queued == {
+        "crawl_id": queued["crawl_id"],
+        "status": "queued",
+        "skipped_existing": 1,
+        "data_dir": str(data),
+    }, queued
 
 
 def test_a_refused_lan_address_is_explained_once_per_crawl(tmp_path, lib_dir):

@@ -307,7 +307,7 @@ def test_a_new_executor_uses_the_bundle_an_earlier_build_recorded_from_its_first
         # another puppeteer-core installed since, earlier on the same NODE_PATH: not used
         early = tmp_path / "early"
         early.mkdir()
-        shadowed = binaries.merged(BinaryEnv({}, {"NODE_PATH": [str(early)]}))
+        shadowed = BinaryEnv.layered([BinaryEnv({}, {"NODE_PATH": [str(early)]}), binaries])
         before = set((root / "located").glob("*.json"))
         recorder = bundles()
         await recorder.node_path(shadowed, esbuild_path)

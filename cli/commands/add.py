@@ -81,12 +81,20 @@ def dry_run_preview(urls: list[str], parsed: dict, settings) -> dict:
     }
 
 
-def summary(state: dict, data_dir: Path, skipped_existing: int = 0) -> dict:
-    """The ``--json`` summary of a crawl (see README); ``skipped_existing``: the URLs the crawl
-    was not given because they were archived before (``ONLY_NEW``, decided when it was made)."""
+def summary(*, crawl_id: str, skipped_existing: int, data_dir: Path, state: dict | None) -> dict:
+    """``boxcar add --json``'s one answer (README, "`boxcar add --json` prints").
+
+    ``state`` is the crawl as ``GET /api/v1/crawls/{id}`` gives it once the add waited; for an add
+    that did not wait it is None, and the answer is ``{crawl_id, "status": "queued",
+    skipped_existing, data_dir}``. ``skipped_existing``: the URLs the crawl was not given because
+    they were archived before (``ONLY_NEW``, decided by ingest when the crawl was made).
+    """
+    if state is None:
+        queued = {"crawl_id": crawl_id, "status": "queued", "skipped_existing": skipped_existing}
+        return {**queued, "data_dir": str(data_dir)}
     results = state["results"]
     return {
-        "crawl_id": state["id"],
+        "crawl_id": crawl_id,
         "status": state["status"],
         "cancelled": state.get("cancelled", False),
         "error": state.get("error", ""),
@@ -189,7 +197,13 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
             fail(str(exc), 2)
         if not (wait or stack is not None):
             if as_json:
-                click.echo(json.dumps({"crawl_id": crawl_id, "status": "queued", "skipped_existing": skipped_existing}))
+                click.echo(
+                    json.dumps(
+                        summary(
+                            crawl_id=crawl_id, skipped_existing=skipped_existing, data_dir=settings.data_dir, state=None
+                        )
+                    )
+                )
             return
         from boxcar.shared.procutil import release_free_memory
 
@@ -201,7 +215,7 @@ def add(data_dir, inputs, depth, tags, plugins, format_, only_new, wait, as_json
         except KeyboardInterrupt:
             fail(f"interrupted; crawl {crawl_id} continues when Boxcar runs again", 130)
         empty = [] if as_json else _unarchived(client, crawl_id)
-    result = summary(state, settings.data_dir, skipped_existing)
+    result = summary(crawl_id=crawl_id, skipped_existing=skipped_existing, data_dir=settings.data_dir, state=state)
     if as_json:
         click.echo(json.dumps(result))
     else:

@@ -42,33 +42,40 @@ class BinaryEnv(msgspec.Struct):
 
     ``values`` are set as they are (``WGET_BINARY=/usr/bin/wget``); ``paths`` lists directories
     to put in front of a search-path variable (``PATH``, ``NODE_PATH``), first entries first.
+
+    One precedence rule, ``layered``'s, builds every env: what comes first wins (its values, its
+    directories in front). So a plugin's first binary comes before its second (``of``), a plugin's
+    own binaries before those of the plugins it requires (``environment.binary_env``), and the
+    bundled puppeteer's shadow ``node_modules`` before everything (``warm.interpreters``).
     """
 
     values: dict[str, str] = {}
     paths: dict[str, list[str]] = {}
 
     @classmethod
-    def of(cls, resolved: Iterable[tuple[str | None, BinaryRecord]]) -> BinaryEnv:
-        """What a hook needs to find its resolved binaries, ``[(config_key, binary)]`` in the
-        plugin's order: each ``config_key`` (``WGET_BINARY``; None for none) set to its binary's
-        abspath, and each binary's ``bin_dirs`` in front of ``PATH`` and its ``env_paths``
-        (``NODE_PATH``, …) in front of theirs, the first binary's first, each directory once;
-        variables with no directory are left out."""
+    def layered(cls, envs: Iterable[BinaryEnv]) -> BinaryEnv:
+        """``envs`` as one, the first taking precedence: a value set by an earlier env is kept, and
+        an earlier env's directories come first; each directory once, variables with no directory
+        left out."""
         values: dict[str, str] = {}
         paths: dict[str, list[str]] = {}
-        for config_key, binary in resolved:
-            if config_key:
-                values[config_key] = binary.abspath
-            for var, dirs in {"PATH": binary.bin_dirs, **binary.env_paths}.items():
+        for env in envs:
+            for key, value in env.values.items():
+                values.setdefault(key, value)
+            for var, dirs in env.paths.items():
                 paths[var] = list(dict.fromkeys([*paths.get(var, []), *dirs]))
         return cls(values, {var: dirs for var, dirs in paths.items() if dirs})
 
-    def merged(self, other: BinaryEnv) -> BinaryEnv:
-        """This env with ``other``'s values and, in front of ours, its directories."""
-        paths = {var: list(dirs) for var, dirs in self.paths.items()}
-        for var, dirs in other.paths.items():
-            paths[var] = list(dict.fromkeys([*dirs, *paths.get(var, [])]))
-        return BinaryEnv({**self.values, **other.values}, paths)
+    @classmethod
+    def of(cls, resolved: Iterable[tuple[str | None, BinaryRecord]]) -> BinaryEnv:
+        """What a hook needs to find its resolved binaries, ``[(config_key, binary)]`` in the
+        plugin's order (``layered``: the first binary first): each ``config_key`` (``WGET_BINARY``;
+        None for none) set to its binary's abspath, and each binary's ``bin_dirs`` in front of
+        ``PATH`` and its ``env_paths`` (``NODE_PATH``, …) in front of theirs."""
+        return cls.layered(
+            cls({config_key: binary.abspath} if config_key else {}, {"PATH": binary.bin_dirs, **binary.env_paths})
+            for config_key, binary in resolved
+        )
 
     def apply(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with the values set and the directories prepended."""

@@ -218,12 +218,13 @@ class HookEnvironment:
         cached = self._binary_envs.get(plugin)
         if cached is not None:
             return cached
-        env = BinaryEnv()
         lib_dir = str(self.settings.lib_dir)
-        for name in self.catalog.with_requirements([plugin]):
+        envs = []
+        for name in self.catalog.with_requirements([plugin]):  # the plugin first: its own binaries win
             section = {**self.resolved.get("base", {}), **self.resolved.get(name, {})}
             records = self.catalog.required_binaries(name, section, lib_dir)
-            env = env.merged(await self.binaries.env_for(name, records))
+            envs.append(await self.binaries.env_for(name, records))
+        env = BinaryEnv.layered(envs)
         self._binary_envs[plugin] = env
         return env
 

@@ -1,5 +1,6 @@
 """BinaryEnv: the one rule for what a hook's environment gets from its resolved binaries
-(``BinaryEnv.of`` for a plugin's binaries in order, ``apply`` onto an environment)."""
+(``BinaryEnv.of`` for a plugin's binaries in order, ``layered`` for envs in precedence order,
+``apply`` onto an environment)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,19 @@ def test_binaries_merged_in_order_keep_the_first_ones_directories_first_and_each
     assert applied["PATH"] == os.pathsep.join(["/lib/npm/bin", "/usr/bin", "/bin"])
     assert applied["NODE_PATH"] == "/lib/npm/node_modules" and applied["HOME"] == "/root"
     assert applied["CHROME_BINARY"] == "/usr/bin/chromium"
+
+
+def test_layered_envs_keep_the_first_ones_values_and_directories_in_front():
+    """One precedence rule for every env: a plugin's own binaries before the plugins it requires,
+    the shadow ``node_modules`` before a hook's ``NODE_PATH``."""
+    own = BinaryEnv({"NODE_BINARY": "/own/node"}, {"PATH": ["/own/bin"], "NODE_PATH": ["/own/lib"]})
+    required = BinaryEnv(
+        {"NODE_BINARY": "/chrome/node", "CHROME_BINARY": "/usr/bin/chromium"},
+        {"PATH": ["/chrome/bin", "/own/bin"], "NODE_PATH": []},
+    )
+    env = BinaryEnv.layered([own, required])
+    assert env.values == {"NODE_BINARY": "/own/node", "CHROME_BINARY": "/usr/bin/chromium"}
+    assert env.paths == {"PATH": ["/own/bin", "/chrome/bin"], "NODE_PATH": ["/own/lib"]}
+    assert BinaryEnv.layered([]) == BinaryEnv()
+    shadowed = BinaryEnv.layered([BinaryEnv({}, {"NODE_PATH": ["/shadow"]}), env])
+    assert shadowed.paths["NODE_PATH"] == ["/shadow", "/own/lib"] and shadowed.values == env.values

@@ -202,7 +202,7 @@ class WarmInterpreters:
         if self.bundles is None or hook.language != "node":
             return binaries
         front = await self.bundles.node_path(binaries, esbuild)
-        return binaries.merged(BinaryEnv({}, {"NODE_PATH": front})) if front else binaries
+        return BinaryEnv.layered([BinaryEnv({}, {"NODE_PATH": front}), binaries]) if front else binaries
 
     def reap(self) -> None:
         """Collect the exit status of zygotes that exited idle (no zombie waits for the next hook)."""
