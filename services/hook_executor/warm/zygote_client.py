@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -40,8 +39,8 @@ async def _recv_async(sock: socket.socket) -> dict:
             buf += chunk
         return buf
 
-    (size,) = wire.FRAME.unpack(await exactly(wire.FRAME.size))
-    return json.loads(await exactly(size))
+    size = int.from_bytes(await exactly(wire.LENGTH), "big")
+    return wire.decode(await exactly(size))
 
 
 class Zygote:
@@ -149,7 +148,7 @@ class Zygote:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
-        request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+        request = {"argv": argv, "cwd": str(cwd), "env": env}
         try:
             conn, pid = await asyncio.to_thread(self._request, request, [null, out_w, err_w])
         finally:
@@ -161,10 +160,10 @@ class Zygote:
         process._watch = asyncio.create_task(process._await_exit())
         return process
 
-    def _request(self, request: bytes, fds: list[int]) -> tuple[socket.socket, int]:
+    def _request(self, request: dict, fds: list[int]) -> tuple[socket.socket, int]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         wire.unix_call(conn, "connect", str(self.socket_path))
-        socket.send_fds(conn, [request], fds)
+        wire.send_request(conn, request, fds)
         return conn, int(wire.recv(conn)["pid"])
 
 

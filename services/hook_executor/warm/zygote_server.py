@@ -32,7 +32,6 @@ import contextlib
 import ctypes
 import gc
 import importlib
-import json
 import logging
 import os
 import selectors
@@ -166,8 +165,8 @@ class ZygoteServer:
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
         try:
-            message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-            request = json.loads(message)
+            message, fds, _, _ = socket.recv_fds(conn, wire.MAX_REQUEST, 3)
+            request = wire.decode(message)
         except (OSError, ValueError) as exc:
             log.warning("zygote: bad request: %s", exc)
             conn.close()
