@@ -312,3 +312,36 @@ def test_forked_hooks_share_one_default_https_context_per_ca_setting(tmp_path):
         zygote.stop()
     assert warm_out == ("[true, true, 1, 2, true, true]", 0)
     assert cold_out == ("[false, true, 1, 2, true, true]", 0)
+
+
+#: What a script sees of itself as ``__main__`` (runpy's module attributes) and a version mark.
+MAIN_PROBE = """
+import sys
+me = sys.modules["__main__"]
+facts = [__name__, __file__ == sys.argv[0], __package__, __spec__, type(__loader__).__name__, __cached__, __doc__,
+         type(__builtins__).__name__, me.__dict__ is globals(), sys.path[0] == __import__("os").path.dirname(__file__)]
+print(repr(facts), "VERSION")
+"""
+
+
+def test_a_hook_compiled_once_by_the_zygote_runs_as_a_script_and_an_edited_one_anew(tmp_path):
+    """The zygote compiles a hook once before its forks (``CodeCache``); the fork runs it with the
+    ``__main__`` a cold ``python script`` has, and a file changed since is compiled again."""
+    hook = probe_hook(tmp_path, MAIN_PROBE.replace("VERSION", "1"))
+    cold = subprocess.run([sys.executable, hook.path], capture_output=True, text=True, timeout=30)
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+
+    async def go() -> list[tuple[str, int]]:
+        await asyncio.to_thread(zygote.start)
+        runs = [await run_hook(hook, tmp_path, zygote), await run_hook(hook, tmp_path, zygote)]
+        Path(hook.path).write_text(textwrap.dedent(MAIN_PROBE.replace("VERSION", "two")))
+        runs.append(await run_hook(hook, tmp_path, zygote))
+        return runs
+
+    try:
+        first, second, edited = asyncio.run(go())
+    finally:
+        zygote.stop()
+    assert first == second == (cold.stdout.strip(), 0), (first, cold.stdout)
+    assert first[0] == "['__main__', True, None, None, 'SourceFileLoader', None, None, 'module', True, True] 1"
+    assert edited == (first[0].replace(" 1", " two"), 0)
