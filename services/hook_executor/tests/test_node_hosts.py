@@ -18,6 +18,7 @@ import pytest
 
 from boxcar.hook_executor.hooks import HookProcess
 from boxcar.hook_executor.warm import node_hosts
+from boxcar.hook_executor.warm.common import PER_RUN_ENV
 from boxcar.hook_executor.warm.node_hosts import NodeHosts, hostable
 from boxcar.shared.plugins import parse_hook
 
@@ -179,6 +180,28 @@ def test_hooks_in_one_host_each_see_their_own_argv_environment_cwd_streams_and_m
         assert seen["calls"] == 1  # the helper module was loaded afresh for each hook
     assert json.loads((tmp_path / "a" / "title" / "out.json").read_text())["only"] == "first"
     assert json.loads((tmp_path / "b" / "title" / "out.json").read_text())["only"] is None  # env replaced whole
+
+
+def test_a_host_started_for_a_hook_does_not_carry_that_hooks_crawl_in_its_environment(tmp_path):
+    """A host outlives the hook it was started for and runs other crawls' hooks: its process is
+    started without the per-run keys (``PER_RUN_ENV``), which the hook itself still gets. (Before,
+    ``/proc/<pid>/environ`` of every host named its first hook's crawl: the fault harness counted
+    idle hosts as that crawl's orphans.)"""
+    hook = make_hook(tmp_path, "title", PROBE)
+    hosts = NodeHosts(tmp_path / "hosts")
+    context = json.dumps({"crawl_id": "crawl-one", "snapshot_id": "snap-one"})
+
+    async def scenario():
+        proc = await run(hosts, hook, tmp_path / "a", {"ONLY": "first", "EXTRA_CONTEXT": context, "CODE": "0"})
+        (host,) = [h for h in hosts._all if h.alive()]
+        environ = Path(f"/proc/{host.pid}/environ").read_bytes().split(b"\0")
+        return proc, {item.partition(b"=")[0].decode() for item in environ if item}
+
+    proc, host_keys = asyncio.run(closing(hosts, scenario()))
+    assert proc.exit_code == 0
+    assert json.loads((tmp_path / "a" / "title" / "out.json").read_text())["only"] == "first"  # the hook's own env
+    assert "ONLY" in host_keys and "PATH" in host_keys
+    assert not host_keys & set(PER_RUN_ENV), sorted(host_keys)
 
 
 @pytest.mark.parametrize("leave", ["LEAVE_TIMER", "LEAVE_RAW_TIMER", "LEAVE_UNREFD_TIMER"])

@@ -231,6 +231,11 @@ class NodeHosts:
         return host
 
     async def _start(self, key: tuple[str, str], env: Mapping[str, str]) -> _Host:
+        """A new host, started with ``env`` (the hook's that asked for it) but for its per-run keys
+        (``PER_RUN_ENV``): a host outlives that hook and runs others', each with its own whole
+        environment, so its process must not name the first one's snapshot, crawl or trace
+        (``/proc/<pid>/environ`` would, for its whole life)."""
+        env = {k: v for k, v in env.items() if k not in PER_RUN_ENV}
         read_fd, write_fd = os.pipe()
         argv, detach = detached([key[0], *HOST_FLAGS, str(HOST), f"--control={write_fd}", *PRELOAD])
         self.root.mkdir(parents=True, exist_ok=True)
@@ -238,7 +243,7 @@ class NodeHosts:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=self.root,
-                env=dict(env),
+                env=env,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=None,
