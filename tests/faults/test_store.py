@@ -93,6 +93,7 @@ def test_a_crawl_with_the_archive_in_a_bucket(pg_url, nats_url, s3, make_stack, 
         plugins=BROWSER_PLUGINS,
     )
     assert not result.problems and result.sealed == result.total and result.lost == result.duplicated == 0
+    assert result.orphans == 0, result.line()  # no process of the crawl (Chromium, a hook) outlives its seal
 
     for name, data_dir in executor_dirs.items():  # the executors kept nothing of the archive
         assert data_dir.is_dir(), name
