@@ -107,6 +107,7 @@ class HookExecutor:
                     bundles=puppeteer_bundles(self.settings, self.catalog),
                     node_hosts=self.settings.warm_node_hosts,
                 )
+        prestart = asyncio.create_task(self.warm.prestart()) if self.warm else None
         self.executor = TaskExecutor(
             self.settings,
             js,
@@ -143,6 +144,8 @@ class HookExecutor:
             )
         finally:
             sweeper.cancel()
+            if prestart is not None:
+                prestart.cancel()
             if self.shared is None:
                 if self.egress:
                     self.egress.stop()

@@ -345,3 +345,15 @@ def test_a_hook_compiled_once_by_the_zygote_runs_as_a_script_and_an_edited_one_a
     assert first == second == (cold.stdout.strip(), 0), (first, cold.stdout)
     assert first[0] == "['__main__', True, None, None, 'SourceFileLoader', None, None, 'module', True, True] 1"
     assert edited == (first[0].replace(" 1", " two"), 0)
+
+
+@pytest.mark.parametrize(("plugins", "started"), [(["hashes"], True), (["chrome", "screenshot"], False)])
+def test_prestart_starts_the_hooks_fork_server_only_for_plugins_with_python_hooks(tmp_path, plugins, started):
+    """An executor starts its Python hooks' fork server at its own start (its first hooks do not
+    wait for its imports), but none for plugins whose hooks are all Node (the browser's)."""
+    interpreters = WarmInterpreters(tmp_path / "warm", get_catalog(), plugins)
+    try:
+        asyncio.run(interpreters.prestart())
+        assert interpreters.hooks.running() is started
+    finally:
+        interpreters.stop()
