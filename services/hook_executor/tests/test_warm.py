@@ -316,10 +316,13 @@ def test_forked_hooks_share_one_default_https_context_per_ca_setting(tmp_path):
 
 #: What a script sees of itself as ``__main__`` (runpy's module attributes) and a version mark.
 MAIN_PROBE = """
+names = sorted(globals())
 import sys
+def typed(x: int) -> None: ...
 me = sys.modules["__main__"]
 facts = [__name__, __file__ == sys.argv[0], __package__, __spec__, type(__loader__).__name__, __cached__, __doc__,
-         type(__builtins__).__name__, me.__dict__ is globals(), sys.path[0] == __import__("os").path.dirname(__file__)]
+         type(__builtins__).__name__, me.__dict__ is globals(), sys.path[0] == __import__("os").path.dirname(__file__),
+         typed.__annotations__["x"] is int, names]
 print(repr(facts), "VERSION")
 """
 
@@ -343,7 +346,10 @@ def test_a_hook_compiled_once_by_the_zygote_runs_as_a_script_and_an_edited_one_a
     finally:
         zygote.stop()
     assert first == second == (cold.stdout.strip(), 0), (first, cold.stdout)
-    assert first[0] == "['__main__', True, None, None, 'SourceFileLoader', None, None, 'module', True, True] 1"
+    names = ["__annotations__", "__builtins__", "__cached__", "__doc__", "__file__", "__loader__", "__name__"]
+    names += ["__package__", "__spec__"]
+    facts = ["__main__", True, None, None, "SourceFileLoader", None, None, "module", True, True, True, names]
+    assert first[0] == f"{facts!r} 1"  # annotations evaluated: none of the zygote's __future__ flags
     assert edited == (first[0].replace(" 1", " two"), 0)
 
 
@@ -352,8 +358,60 @@ def test_prestart_starts_the_hooks_fork_server_only_for_plugins_with_python_hook
     """An executor starts its Python hooks' fork server at its own start (its first hooks do not
     wait for its imports), but none for plugins whose hooks are all Node (the browser's)."""
     interpreters = WarmInterpreters(tmp_path / "warm", get_catalog(), plugins)
+
+    async def go() -> bool:  # asked inside the loop: the server dies with the loop's thread that started it
+        await interpreters.prestart()
+        return interpreters.hooks.running()
+
     try:
-        asyncio.run(interpreters.prestart())
-        assert interpreters.hooks.running() is started
+        assert asyncio.run(go()) is started
     finally:
         interpreters.stop()
+
+
+def test_a_hook_with_a_large_environment_still_runs_warm(tmp_path):
+    """A request is read whole whatever its size up to ``MAX_REQUEST``: a stream socket hands over
+    only its first ~36 KiB with the descriptors, and a larger request used to be a "bad request"
+    (the hook started cold). 300 KB of environment here, in variables exec would take too."""
+    hook = probe_hook(tmp_path, WARM_PROBE)
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    env = {**os.environ, **{f"LARGE_{i}": str(i) * 100_000 for i in range(3)}}
+
+    async def go() -> tuple[str, int]:
+        proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap", env, 30, margin=0, spawner=zygote)
+        await proc.start()
+        await proc.wait()
+        return "\n".join(proc._stdout_tail), proc.proc.returncode
+
+    try:
+        zygote.start()
+        assert asyncio.run(go()) == ("warm", 2)
+    finally:
+        zygote.stop()
+
+
+def test_a_warm_hook_cannot_read_the_executors_secrets_from_its_process_environment(tmp_path, monkeypatch):
+    """A fork replaces ``os.environ``, but ``/proc/self/environ`` is the zygote's own: the zygote is
+    started without Boxcar's secrets (``public_environ``), as a cold hook is."""
+    monkeypatch.setenv("SECRET_KEY", "the-executors-own-key")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://boxcar:pw@db/boxcar")
+    hook = probe_hook(
+        tmp_path,
+        "import os\nraw = open('/proc/self/environ', 'rb').read()\n"
+        "print('leaked' if b'the-executors-own-key' in raw or b'boxcar:pw' in raw else 'clean')\n"
+        "print('unset' if 'SECRET_KEY' not in os.environ else 'set')\n",
+    )
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+
+    async def go() -> tuple[str, int]:
+        env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DATABASE_URL")}
+        proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap", env, 30, margin=0, spawner=zygote)
+        await proc.start()
+        await proc.wait()
+        return "\n".join(proc._stdout_tail), proc.proc.returncode
+
+    try:
+        zygote.start()
+        assert asyncio.run(go()) == ("clean\nunset", 0)
+    finally:
+        zygote.stop()

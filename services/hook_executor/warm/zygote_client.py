@@ -18,6 +18,7 @@ from boxcar.hook_executor.warm import zygote_server
 from boxcar.hook_executor.warm import zygote_wire as wire
 from boxcar.hook_executor.warm.common import pipe_reader
 from boxcar.hook_executor.warm.zygote_server import HOOK_PRELOAD
+from boxcar.shared.secrets import public_environ
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,7 @@ async def _recv_async(sock: socket.socket) -> dict:
             buf += chunk
         return buf
 
-    size = int.from_bytes(await exactly(wire.LENGTH), "big")
-    return wire.decode(await exactly(size))
+    return wire.decode(await exactly(wire.length_of(await exactly(wire.LENGTH))))
 
 
 class Zygote:
@@ -78,7 +78,13 @@ class Zygote:
         return self.proc is not None and self.proc.poll() is None and self.socket_path.exists()
 
     def start(self, env: dict[str, str] | None = None) -> None:
-        """Start it and wait until it has preloaded (raises RuntimeError if it does not come up)."""
+        """Start it and wait until it has preloaded (raises RuntimeError if it does not come up).
+
+        ``env`` defaults to the executor's own without Boxcar's secrets (``public_environ``): a fork
+        clears and replaces ``os.environ``, but its ``/proc/self/environ`` is still the zygote's, which
+        every hook it runs could read. (Started from a thread, as the executor does, the zygote gets
+        ``PR_SET_PDEATHSIG`` from that thread: it dies when the thread ends, i.e. with the event
+        loop's default executor.)"""
         import subprocess
 
         from boxcar.shared.procutil import die_with_parent
@@ -102,7 +108,7 @@ class Zygote:
             argv,
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-            env=env or os.environ.copy(),
+            env=env if env is not None else public_environ(),
             preexec_fn=die_with_parent(signal.SIGKILL),
         )
         line = self.proc.stdout.readline()
@@ -162,9 +168,16 @@ class Zygote:
 
     def _request(self, request: dict, fds: list[int]) -> tuple[socket.socket, int]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        wire.unix_call(conn, "connect", str(self.socket_path))
-        wire.send_request(conn, request, fds)
-        return conn, int(wire.recv(conn)["pid"])
+        try:
+            wire.unix_call(conn, "connect", str(self.socket_path))
+            wire.send_request(conn, request, fds)
+            return conn, int(wire.recv(conn)["pid"])
+        except (ValueError, KeyError, TypeError) as exc:  # not the zygote's answer: nothing started here
+            conn.close()
+            raise ConnectionError(f"the zygote at {self.socket_path} answered {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
 
 
 class WarmProcess:

@@ -114,7 +114,7 @@ class ZygoteServer:
                 log.debug("zygote could not preload %s: %s", name, exc)
         if self.warmup:  # a tool's first run, on local input only (what it compiles, its forks reuse)
             try:
-                exec(compile(self.warmup, "<warmup>", "exec"), {"__name__": "__warmup__"})  # noqa: S102
+                exec(compile(self.warmup, "<warmup>", "exec", dont_inherit=True), {"__name__": "__warmup__"})  # noqa: S102
             except BaseException as exc:  # the forks still run the tool, only without what it had loaded
                 log.warning("zygote warm-up failed, its forks start cold: %s: %s", type(exc).__name__, exc)
         if self.configs:
@@ -169,8 +169,7 @@ class ZygoteServer:
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
         try:
-            message, fds, _, _ = socket.recv_fds(conn, wire.MAX_REQUEST, 3)
-            request = wire.decode(message)
+            request, fds = wire.recv_request(conn, 3)
         except (OSError, ValueError) as exc:
             log.warning("zygote: bad request: %s", exc)
             conn.close()
@@ -324,7 +323,7 @@ def _run(argv: list[str], code: CodeType | None = None) -> int:
     if len(argv) >= 3 and argv[1] == "-c":
         sys.argv = ["-c", *argv[3:]]
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-        exec(code or compile(argv[2], "<string>", "exec"), namespace)  # noqa: S102 - the hook's own code
+        exec(code or compile(argv[2], "<string>", "exec", dont_inherit=True), namespace)  # noqa: S102 - the hook's own code
         return 0
     script = argv[1]
     sys.argv = [script, *argv[2:]]
@@ -346,6 +345,7 @@ def _run(argv: list[str], code: CodeType | None = None) -> int:
         __package__=None,
         __spec__=None,
         __builtins__=builtins,
+        __annotations__={},
     )
     sys.modules["__main__"] = module
     exec(code, module.__dict__)  # noqa: S102 - the hook's own code
@@ -357,33 +357,41 @@ class CodeCache:
     and the file's inode, size and mtime, so an edited file is compiled again) or a ``-c`` program
     (under its text). Each fork used to compile its hook itself, 0.7–1.8 ms for abx-plugins'
     hooks, about 5 ms a snapshot for the no-browser selection. A program that does not compile is
-    not kept: its fork compiles it and fails as ``python`` would."""
+    not kept: its fork compiles it and fails as ``python`` would. Compiled with ``dont_inherit``:
+    the program gets none of this module's ``__future__`` flags.
+
+    Args:
+        size: how many programs are kept (the least recently used go first).
+    """
 
     def __init__(self, size: int = 128) -> None:
         self.size = size
         self._codes: dict[object, CodeType] = {}
 
     def get(self, argv: list[str]) -> CodeType | None:
-        """The compiled program of ``argv`` (``[python, script, …]`` or ``[python, -c, code, …]``), or None."""
+        """The compiled program of ``argv`` (``[python, /abs/script, …]`` or ``[python, -c, code, …]``),
+        or None: anything else (a relative script path, which names a file only from the fork's
+        cwd; a ``.pyc``), or a program that does not compile or cannot be read. Never raises: the
+        fork then runs ``argv`` as it would have, and fails there if it must."""
         try:
             if len(argv) >= 3 and argv[1] == "-c":
                 key: object = argv[2]
                 code = self._codes.get(key)
                 if code is None:
-                    code = compile(argv[2], "<string>", "exec")
-            elif len(argv) >= 2 and not argv[1].startswith("-"):
+                    code = compile(argv[2], "<string>", "exec", dont_inherit=True)
+            elif len(argv) >= 2 and os.path.isabs(argv[1]):
                 st = os.stat(argv[1])
-                key = (argv[1], st.st_ino, st.st_size, st.st_mtime_ns)
+                key = (argv[1], st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 code = self._codes.get(key)
                 if code is None:
                     with open(argv[1], "rb") as source:  # io.open_code, as runpy reads it
                         data = source.read()
                     if data[:4] == importlib.util.MAGIC_NUMBER:  # a .pyc: runpy's own path
                         return None
-                    code = compile(data, argv[1], "exec")
+                    code = compile(data, argv[1], "exec", dont_inherit=True)
             else:
                 return None
-        except (OSError, SyntaxError, ValueError):
+        except Exception:  # noqa: BLE001 - unreadable, no source, too deep, not text: the fork finds out
             return None
         self._codes.pop(key, None)
         self._codes[key] = code  # the most recent last

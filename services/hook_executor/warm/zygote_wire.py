@@ -1,17 +1,18 @@
 """The zygote's wire format, and the stand-in interpreter that speaks it; standard library only.
 
-A request is one message, ``{"argv", "cwd", "env"}`` as ``marshal`` data, sent with the three
-standard streams as file descriptors (``SCM_RIGHTS``); the zygote answers ``{"pid": N}``, then
-``{"exit": N}``, each as marshal data after its length. ``zygote_server`` (the server) and
-``zygote_client`` (``Zygote``/``WarmProcess`` for the executor) import this module; a stand-in runs
-it alone, ``python -I -S zygote_wire.py --client SOCKET …`` (see ``interpreters``), for every call
-a hook makes to its second Python (trafilatura's worker) or to a warm downloader.
+Every message is ``marshal`` data after its length (``LENGTH`` bytes, network order). A request,
+``{"argv", "cwd", "env"}``, carries the three standard streams as file descriptors
+(``SCM_RIGHTS``) on its first bytes; the zygote answers ``{"pid": N}``, then ``{"exit": N}``.
+``zygote_server`` (the server) and ``zygote_client`` (``Zygote``/``WarmProcess`` for the executor)
+import this module; a stand-in runs it alone, ``python -I -S zygote_wire.py --client SOCKET …``
+(see ``interpreters``), for every call a hook makes to its second Python (trafilatura's worker) or
+to a warm downloader.
 
 So it imports only what a bare interpreter has loaded or built in (``marshal``, ``os``, ``sys``,
-``gc``) and ``_socket``. Each stand-in started in 0.10–0.12 CPU-s and 21 MiB with the server's
-imports (asyncio above all) and ``site``, in ~0.03 CPU-s with ``json``, ``socket`` and ``struct``
-(a perf profile of a 130-page crawl: 29 ms each, the imports and the collections they set off
-most of it), and in ~0.01 like this. marshal (format 4, which every Python 3 from 3.4 reads: the
+``gc``) and ``_socket``. A stand-in's start measured alone took 0.10–0.12 CPU-s and 21 MiB with the
+server's imports (asyncio above all) and ``site``, 22 ms with ``json``, ``socket`` and ``struct``
+(29 ms each in a perf profile of a 130-page crawl, the imports and the collections they set off
+most of it), and 10.6 ms like this. marshal (format 4, which every Python 3 from 3.4 reads: the
 zygote may run in a venv's Python of another version) is safe here for the same reason the
 socket is: only this executor's user can reach it, and whoever can may ask it to run any program.
 """
@@ -25,15 +26,32 @@ import sys
 
 #: marshal's format of every message (4: readable by every Python from 3.4).
 MARSHAL_VERSION = 4
-#: Bytes of the length before each answer (network order).
+#: Bytes of the length before each message (network order).
 LENGTH = 4
 #: The largest request the zygote reads (argv, cwd and a hook's whole environment).
 MAX_REQUEST = 1 << 20
+#: Bytes read with a request's descriptors; the rest of a longer request is read after them.
+_FIRST_READ = 1 << 16
 
 
 def encode(message: dict) -> bytes:
-    """``message`` (str/int/list/dict values only) as the wire's bytes."""
+    """``message`` (str/int/list/dict values only) as the wire's bytes.
+
+    Raises:
+        ValueError: a value marshal cannot write.
+    """
     return marshal.dumps(message, MARSHAL_VERSION)
+
+
+def length_of(header: bytes) -> int:
+    """The length a message's first ``LENGTH`` bytes give."""
+    return int.from_bytes(header, "big")
+
+
+def framed(message: dict) -> bytes:
+    """``message`` after its length, as it goes on the wire."""
+    data = encode(message)
+    return len(data).to_bytes(LENGTH, "big") + data
 
 
 def decode(data: bytes) -> dict:
@@ -48,15 +66,48 @@ def decode(data: bytes) -> dict:
 
 
 def send(sock: _socket.socket, message: dict) -> None:
-    """Write one answer: ``message`` after its length (``LENGTH``). Raises ``OSError``."""
-    data = encode(message)
-    sock.sendall(len(data).to_bytes(LENGTH, "big") + data)
+    """Write one answer (``framed``). Raises ``OSError``."""
+    sock.sendall(framed(message))
 
 
 def send_request(sock: _socket.socket, request: dict, fds: list[int]) -> None:
-    """Send ``request`` with ``fds`` (``SCM_RIGHTS``), as ``socket.send_fds`` would. Raises ``OSError``."""
+    """Send ``request`` (``framed``) with ``fds`` on its first bytes (``SCM_RIGHTS``, as
+    ``socket.send_fds`` sends them). Raises ``OSError``."""
+    data = framed(request)
     rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
-    sock.sendmsg([encode(request)], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+def recv_request(sock: _socket.socket, max_fds: int) -> tuple[dict, list[int]]:
+    """One request and the descriptors that came with it (the caller owns them).
+
+    Raises:
+        ConnectionError: the socket closed before the whole request.
+        ValueError: not a request, or one longer than ``MAX_REQUEST`` (its descriptors are closed).
+        OSError: reading failed.
+    """
+    data, ancillary, _flags, _address = sock.recvmsg(_FIRST_READ, _socket.CMSG_SPACE(max_fds * 4))
+    fds = [
+        int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+        for level, kind, payload in ancillary
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+        for i in range(0, len(payload) - len(payload) % 4, 4)
+    ]
+    try:
+        if len(data) < LENGTH:
+            raise ValueError("a request without its length") if data else ConnectionError("closed")
+        size, body = length_of(data[:LENGTH]), data[LENGTH:]
+        if size > MAX_REQUEST:
+            raise ValueError(f"a request of {size} bytes (at most {MAX_REQUEST})")
+        if len(body) < size:
+            body += recv_exact(sock, size - len(body))
+        return decode(body[:size]), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def recv_exact(sock: _socket.socket, n: int) -> bytes:
@@ -73,8 +124,7 @@ def recv_exact(sock: _socket.socket, n: int) -> bytes:
 def recv(sock: _socket.socket) -> dict:
     """One answer. Raises ``ConnectionError`` if the socket closes mid-way, ``ValueError`` if it
     is not a message."""
-    size = int.from_bytes(recv_exact(sock, LENGTH), "big")
-    return decode(recv_exact(sock, size))
+    return decode(recv_exact(sock, length_of(recv_exact(sock, LENGTH))))
 
 
 def unix_call(sock: _socket.socket, method: str, path: str) -> None:
