@@ -224,12 +224,7 @@ def test_five_concurrent_adds_of_the_same_urls_make_each_snapshot_once(tmp_path,
     assert len(snapshot_dirs) == 20
     assert again.returncode == 0, again.stderr[-1500:]
     queued = json.loads(again.stdout)
-    assert queued == {
-        "crawl_id": queued["crawl_id"],
-        "status": "queued",
-        "skipped_existing": 1,
-        "data_dir": str(data),
-    }, queued
+    assert queued.pop("crawl_id") and queued == {"status": "queued", "skipped_existing": 1, "data_dir": str(data)}
 
 
 def test_a_refused_lan_address_is_explained_once_per_crawl(tmp_path, lib_dir):

@@ -44,9 +44,11 @@ class BinaryEnv(msgspec.Struct):
     to put in front of a search-path variable (``PATH``, ``NODE_PATH``), first entries first.
 
     One precedence rule, ``layered``'s, builds every env: what comes first wins (its values, its
-    directories in front). So a plugin's first binary comes before its second (``of``), a plugin's
-    own binaries before those of the plugins it requires (``environment.binary_env``), and the
-    bundled puppeteer's shadow ``node_modules`` before everything (``warm.interpreters``).
+    directories in front). So a plugin's first binary comes before its second (``of``), the
+    plugins a plugin requires before the plugin itself (``environment.binary_env``: chrome's pinned
+    Node before pdf's ``/usr/bin``), the bundled puppeteer's shadow ``node_modules`` before
+    everything (``warm.interpreters``), and warm stand-ins before the binaries they stand for
+    (``task``).
     """
 
     values: dict[str, str] = {}

@@ -220,11 +220,14 @@ class HookEnvironment:
             return cached
         lib_dir = str(self.settings.lib_dir)
         envs = []
-        for name in self.catalog.with_requirements([plugin]):  # the plugin first: its own binaries win
+        for name in self.catalog.with_requirements([plugin]):
             section = {**self.resolved.get("base", {}), **self.resolved.get(name, {})}
             records = self.catalog.required_binaries(name, section, lib_dir)
             envs.append(await self.binaries.env_for(name, records))
-        env = BinaryEnv.layered(envs)
+        # the required plugins' binaries first (the last required first), then the plugin's own:
+        # chrome's pinned Node must come before a system directory such as pdf's /usr/bin, where a
+        # `#!/usr/bin/env node` script would otherwise find another Node
+        env = BinaryEnv.layered(reversed(envs))
         self._binary_envs[plugin] = env
         return env
 

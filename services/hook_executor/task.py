@@ -407,7 +407,7 @@ class TaskRun:
             spawner = await self.x.warm.for_hook(hook)
             stand_ins = await self.x.warm.binary_overrides(binary_env.values)
             if stand_ins:
-                binary_env = BinaryEnv({**binary_env.values, **stand_ins}, binary_env.paths)
+                binary_env = BinaryEnv.layered([BinaryEnv(stand_ins), binary_env])
             binary_env = await self.x.warm.node_path(
                 hook, binary_env, functools.partial(self.x.binaries.tool, ESBUILD, hook.plugin)
             )

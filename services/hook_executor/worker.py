@@ -13,6 +13,7 @@ and kills the dead worker's leftover processes, instead of waiting for the ack d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -107,7 +108,6 @@ class HookExecutor:
                     bundles=puppeteer_bundles(self.settings, self.catalog),
                     node_hosts=self.settings.warm_node_hosts,
                 )
-        prestart = asyncio.create_task(self.warm.prestart()) if self.warm else None
         self.executor = TaskExecutor(
             self.settings,
             js,
@@ -128,6 +128,7 @@ class HookExecutor:
             )
         log.info("hook-executor %s ready (worker %s, concurrency %d)", self.family, self.worker_id, self.concurrency)
         sweeper = asyncio.create_task(self._sweep(nc, registry))
+        prestart = asyncio.create_task(self.warm.prestart()) if self.warm else None
         try:
             await bus.consume(
                 js,
@@ -144,8 +145,9 @@ class HookExecutor:
             )
         finally:
             sweeper.cancel()
-            if prestart is not None:
-                prestart.cancel()
+            if prestart is not None:  # its start runs in a thread: let it end, so stop() finds what it started
+                with contextlib.suppress(Exception):
+                    await prestart
             if self.shared is None:
                 if self.egress:
                     self.egress.stop()
