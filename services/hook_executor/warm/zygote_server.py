@@ -354,7 +354,7 @@ def _run(argv: list[str], code: CodeType | None = None) -> int:
 
 class CodeCache:
     """Hook programs compiled once in the zygote, before its forks: a hook script (under its path
-    and the file's inode, size and mtime, so an edited file is compiled again) or a ``-c`` program
+    and the file's device, inode, size, mtime and ctime, so an edited file is compiled again) or a ``-c`` program
     (under its text). Each fork used to compile its hook itself, 0.7–1.8 ms for abx-plugins'
     hooks, about 5 ms a snapshot for the no-browser selection. A program that does not compile is
     not kept: its fork compiles it and fails as ``python`` would. Compiled with ``dont_inherit``:
