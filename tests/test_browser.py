@@ -64,7 +64,8 @@ def browser_processes(data_dir: Path, worker_prefix: str = "browser-", main_only
     such as a parallel test run, are not counted). ``main_only``: one per browser: a Chromium with
     a profile (``--user-data-dir``), not a renderer, zygote or crash handler (``--type=``), nor the
     launch hook's ``chromium --version`` or Debian's ``/usr/bin/chromium`` wrapper script and its
-    subshells, which are named ``chromium`` too for a moment before a browser starts."""
+    subshells, which are named ``chromium`` too for a moment before a browser starts, nor a child
+    a browser has forked and not yet exec'd (it has its parent's command line for that moment)."""
     out = []
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
@@ -82,7 +83,17 @@ def browser_processes(data_dir: Path, worker_prefix: str = "browser-", main_only
                 out.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+    if main_only:
+        mains = {p.pid for p in out}
+        out = [p for p in out if _parent_pid(p) not in mains]
     return out
+
+
+def _parent_pid(proc: psutil.Process) -> int | None:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return None
 
 
 def test_default_selection_captures_pages_with_a_real_browser(pg_url, nats_url, make_stack, corpus_server):
@@ -190,10 +201,11 @@ def _env(proc: psutil.Process) -> dict:
 
 
 def _describe(proc: psutil.Process) -> str:
-    """pid, status, age and browser generation of a Chromium process, for failure messages."""
+    """pid, parent, status, age and browser generation of a Chromium process, for failure messages."""
     try:
         return (
-            f"pid {proc.pid} {proc.status()} {time.time() - proc.create_time():.1f}s old {_env(proc).get(BROWSER_ENV)}"
+            f"pid {proc.pid} (parent {proc.ppid()}) {proc.status()} {time.time() - proc.create_time():.1f}s old "
+            f"{_env(proc).get(BROWSER_ENV)}"
         )
     except psutil.Error as exc:
         return f"pid {proc.pid} ({type(exc).__name__})"
