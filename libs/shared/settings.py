@@ -264,7 +264,8 @@ class Settings(BaseSettings):
         default=300.0,
         ge=0,
         description="Seconds a warm interpreter waits for the next hook before it exits and gives its memory back "
-        "(the next hook starts it again; 0 = never)",
+        "(the next hook starts it again; 0 = never). An executor whose plugins have Python hooks starts "
+        "its hooks' interpreter (about 35 MiB) at boot, so an idle executor holds it this long after start",
     )
     hook_kill_grace: float = Field(default=5.0, ge=0, description="Seconds between SIGTERM and SIGKILL for a hook")
     browser_recycle_after: int = Field(

@@ -34,7 +34,7 @@ def second_python(tmp_path, monkeypatch) -> Path:
     return venv / "tool"
 
 
-def hook_starting_a_second_python(tmp_path: Path):
+def hook_starting_a_second_python(tmp_path: Path, options: tuple[str, ...] = ()):
     path = tmp_path / "plugins" / "probe" / "on_Snapshot__10_probe.py"
     path.parent.mkdir(parents=True)
     path.write_text(
@@ -43,7 +43,8 @@ def hook_starting_a_second_python(tmp_path: Path):
             import os, subprocess, sys
             from pathlib import Path
             python = Path(os.environ["TOOL_BINARY"]).resolve().with_name("python")
-            done = subprocess.run([str(python), "-c", {WORKER!r}, "a", "b c"], capture_output=True, text=True)
+            argv = [str(python), *{list(options)!r}, "-c", {WORKER!r}, "a", "b c"]
+            done = subprocess.run(argv, capture_output=True, text=True)
             print(done.stdout.strip(), done.returncode)
             """
         )
@@ -51,8 +52,11 @@ def hook_starting_a_second_python(tmp_path: Path):
     return parse_hook("probe", path)
 
 
-def test_a_second_python_runs_warm_with_the_same_result(tmp_path, second_python):
-    hook = hook_starting_a_second_python(tmp_path)
+@pytest.mark.parametrize(("options", "warm_result"), [((), "true"), (("-u",), "false")])
+def test_a_second_python_runs_warm_with_the_same_result(tmp_path, second_python, options, warm_result):
+    """Through its stand-in, the second Python runs in a fork of the warm one; with an interpreter
+    option before the program (``-u``), which a fork cannot honour, the stand-in runs it cold."""
+    hook = hook_starting_a_second_python(tmp_path, options)
 
     async def run(env: dict[str, str]) -> str:
         proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap" / "probe", env, 30, margin=0)
@@ -73,7 +77,7 @@ def test_a_second_python_runs_warm_with_the_same_result(tmp_path, second_python)
 
     cold, warmed = asyncio.run(both())
     assert cold == '[["a", "b c"], false] 3'
-    assert warmed == '[["a", "b c"], true] 3'  # same arguments and exit code, from the warm interpreter
+    assert warmed == f'[["a", "b c"], {warm_result}] 3'  # same arguments and exit code
 
 
 def test_a_console_tool_runs_in_a_warmed_fork_with_its_arguments_and_exit_code(tmp_path, monkeypatch):
@@ -125,10 +129,14 @@ def probe_hook(tmp_path: Path, body: str):
 WARM_PROBE = "import sys\nprint('warm' if 'pydantic' in sys.modules else 'cold')\nsys.exit(2)\n"
 
 
-async def run_hook(hook, tmp_path: Path, spawner) -> tuple[str, int]:
-    proc = HookProcess(
-        hook, [sys.executable, hook.path], tmp_path / "snap" / "probe", dict(os.environ), 30, margin=0, spawner=spawner
-    )
+async def run_hook(
+    hook, tmp_path: Path, spawner, env: dict[str, str] | None = None, options: tuple[str, ...] = ()
+) -> tuple[str, int]:
+    """Run ``hook`` (``python *options hook``) to its end through ``spawner`` (None: cold) with
+    ``env`` (default: ours); returns (its stdout's tail, its exit code)."""
+    env = dict(os.environ) if env is None else env
+    cmd = [sys.executable, *options, hook.path]
+    proc = HookProcess(hook, cmd, tmp_path / "snap" / "probe", env, 30, margin=0, spawner=spawner)
     await proc.start()
     await proc.wait()
     return "\n".join(proc._stdout_tail), proc.proc.returncode
@@ -376,16 +384,22 @@ def test_a_hook_with_a_large_environment_still_runs_warm(tmp_path):
     hook = probe_hook(tmp_path, WARM_PROBE)
     zygote = Zygote(sys.executable, tmp_path / "z.sock")
     env = {**os.environ, **{f"LARGE_{i}": str(i) * 100_000 for i in range(3)}}
-
-    async def go() -> tuple[str, int]:
-        proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap", env, 30, margin=0, spawner=zygote)
-        await proc.start()
-        await proc.wait()
-        return "\n".join(proc._stdout_tail), proc.proc.returncode
-
     try:
         zygote.start()
-        assert asyncio.run(go()) == ("warm", 2)
+        assert asyncio.run(run_hook(hook, tmp_path, zygote, env)) == ("warm", 2)
+    finally:
+        zygote.stop()
+
+
+def test_a_hook_with_interpreter_options_starts_cold(tmp_path):
+    """``python -u hook``: a fork cannot honour an interpreter option, so the hook starts cold
+    (``program_of``); the zygote used to take ``-u`` for the script's path and fail."""
+    hook = probe_hook(tmp_path, WARM_PROBE)
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    try:
+        zygote.start()
+        assert asyncio.run(run_hook(hook, tmp_path, zygote, options=("-u",))) == ("cold", 2)
+        assert asyncio.run(run_hook(hook, tmp_path, zygote)) == ("warm", 2)
     finally:
         zygote.stop()
 
@@ -402,16 +416,9 @@ def test_a_warm_hook_cannot_read_the_executors_secrets_from_its_process_environm
         "print('unset' if 'SECRET_KEY' not in os.environ else 'set')\n",
     )
     zygote = Zygote(sys.executable, tmp_path / "z.sock")
-
-    async def go() -> tuple[str, int]:
-        env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DATABASE_URL")}
-        proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap", env, 30, margin=0, spawner=zygote)
-        await proc.start()
-        await proc.wait()
-        return "\n".join(proc._stdout_tail), proc.proc.returncode
-
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DATABASE_URL")}
     try:
         zygote.start()
-        assert asyncio.run(go()) == ("clean\nunset", 0)
+        assert asyncio.run(run_hook(hook, tmp_path, zygote, env)) == ("clean\nunset", 0)
     finally:
         zygote.stop()

@@ -148,8 +148,11 @@ class Zygote:
 
         Raises:
             OSError: the zygote cannot be reached, or it closed the connection before the fork
-                (it was exiting idle): nothing was started, start the hook cold.
+                (it was exiting idle), or ``argv`` is not one a fork runs (``program_of``):
+                nothing was started, start the hook cold.
         """
+        if wire.program_of(argv) is None:
+            raise ConnectionRefusedError(f"{argv[1:2]} needs a cold interpreter")
         loop = asyncio.get_running_loop()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()

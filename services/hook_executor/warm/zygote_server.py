@@ -319,14 +319,21 @@ def _run(argv: list[str], code: CodeType | None = None) -> int:
     """Run ``argv`` (``[python, script, args…]`` or ``[python, -c, code, args…]``) as ``__main__``,
     as ``python`` would; ``code`` is the program compiled already (``CodeCache``), or None (then a
     script runs through ``runpy.run_path``, whose ``__main__`` differs a little: ``__package__``
-    ``""``, no ``__loader__``)."""
-    if len(argv) >= 3 and argv[1] == "-c":
-        sys.argv = ["-c", *argv[3:]]
+    ``""``, no ``__loader__``). Returns the exit status: 2, with a message on stderr as ``python``
+    gives for a bad command line, for an argv ``program_of`` does not read (the executor and the
+    stand-ins send none: they start such a program cold)."""
+    program = wire.program_of(argv)
+    if program is None:
+        print(f"zygote: cannot run {argv[1:2]} in a fork: only a script or -c", file=sys.stderr)
+        return 2
+    kind, text, args = program
+    if kind == "-c":
+        sys.argv = ["-c", *args]
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-        exec(code or compile(argv[2], "<string>", "exec", dont_inherit=True), namespace)  # noqa: S102 - the hook's own code
+        exec(code or compile(text, "<string>", "exec", dont_inherit=True), namespace)  # noqa: S102 - the hook's own code
         return 0
-    script = argv[1]
-    sys.argv = [script, *argv[2:]]
+    script = text
+    sys.argv = [script, *args]
     sys.path[0] = str(Path(script).resolve().parent)
     if code is None:
         import runpy
@@ -373,22 +380,26 @@ class CodeCache:
         or None: anything else (a relative script path, which names a file only from the fork's
         cwd; a ``.pyc``), or a program that does not compile or cannot be read. Never raises: the
         fork then runs ``argv`` as it would have, and fails there if it must."""
+        program = wire.program_of(argv)
+        if program is None:
+            return None
+        kind, text, _ = program
         try:
-            if len(argv) >= 3 and argv[1] == "-c":
-                key: object = argv[2]
+            if kind == "-c":
+                key: object = text
                 code = self._codes.get(key)
                 if code is None:
-                    code = compile(argv[2], "<string>", "exec", dont_inherit=True)
-            elif len(argv) >= 2 and os.path.isabs(argv[1]):
-                st = os.stat(argv[1])
-                key = (argv[1], st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    code = compile(text, "<string>", "exec", dont_inherit=True)
+            elif os.path.isabs(text):
+                st = os.stat(text)
+                key = (text, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 code = self._codes.get(key)
                 if code is None:
-                    with open(argv[1], "rb") as source:  # io.open_code, as runpy reads it
+                    with open(text, "rb") as source:  # io.open_code, as runpy reads it
                         data = source.read()
                     if data[:4] == importlib.util.MAGIC_NUMBER:  # a .pyc: runpy's own path
                         return None
-                    code = compile(data, argv[1], "exec", dont_inherit=True)
+                    code = compile(data, text, "exec", dont_inherit=True)
             else:
                 return None
         except Exception:  # noqa: BLE001 - unreadable, no source, too deep, not text: the fork finds out

@@ -141,6 +141,22 @@ def unix_call(sock: _socket.socket, method: str, path: str) -> None:
         os.close(folder)
 
 
+# ----------------------------------------------------------------------------- what a fork runs
+
+
+def program_of(argv: list[str]) -> tuple[str, str, list[str]] | None:
+    """What ``argv`` (``[python, …]``) asks a zygote's fork to run: ``("-c", code, args)``,
+    ``("script", path, args)``, or None for anything else (an interpreter option such as ``-u`` or
+    ``-m`` before the program, or no program at all), which only a cold ``python`` runs right.
+    The one reading of a request's argv: the server runs and compiles by it, a stand-in asks it
+    before it sends a request."""
+    if len(argv) >= 3 and argv[1] == "-c":
+        return "-c", argv[2], argv[3:]
+    if len(argv) >= 2 and not argv[1].startswith("-"):
+        return "script", argv[1], argv[2:]
+    return None
+
+
 # ----------------------------------------------------------------------------- a stand-in python
 
 
@@ -148,8 +164,8 @@ def client_main(argv: list[str] | None = None) -> int:
     """``python -I -S zygote_wire.py --client SOCKET [--cold PYTHON] ARGS…``: run ARGS (``-c CODE …`` or
     ``script …``) in the zygote at SOCKET with this process's streams, cwd and environment;
     returns the child's exit status. Killed, it takes the child with it (the zygote sees the
-    connection close). With no zygote there (it exited idle), ``exec`` PYTHON ARGS instead: the
-    same program, started cold."""
+    connection close). With no zygote there (it exited idle), or ARGS a fork cannot run
+    (``program_of``), ``exec`` PYTHON ARGS instead: the same program, started cold."""
     args = sys.argv[1:] if argv is None else argv
     socket_path, rest = args[1], args[2:]  # ["--client", SOCKET, …]; ARGS are passed on untouched
     cold = None
@@ -158,6 +174,8 @@ def client_main(argv: list[str] | None = None) -> int:
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     request = {"argv": [sys.executable, *rest], "cwd": os.getcwd(), "env": dict(os.environ)}
     try:
+        if program_of(request["argv"]) is None:  # options a fork cannot honour: the real interpreter
+            raise FileNotFoundError(socket_path)
         unix_call(conn, "connect", socket_path)
         send_request(conn, request, [0, 1, 2])
         recv(conn)  # the pid: from here on the program runs in the zygote's fork
