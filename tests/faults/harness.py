@@ -30,6 +30,7 @@ from boxcar.shared.archive_store import ArchiveStore
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import ArchiveResult, Crawl, Snapshot
 from boxcar.shared.plugins import get_catalog
+from tests.helpers import hook_processes
 
 #: Plugins of the fault scenarios: every family but the browser's, fast on 2 cores.
 PLUGINS = ["wget", "favicon", "htmltotext", "parse_html_urls", "hashes"]
@@ -142,17 +143,6 @@ def stack_pids(stack) -> list[int]:
     return [c.proc.pid for c in stack.children if c.proc and c.proc.poll() is None]
 
 
-def hook_processes(crawl_id: str) -> list[psutil.Process]:
-    """Live processes working for ``crawl_id`` (their ``EXTRA_CONTEXT`` names it)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        with contextlib.suppress(psutil.Error, ValueError, OSError):
-            context = proc.environ().get("EXTRA_CONTEXT", "")
-            if context and json.loads(context).get("crawl_id") == crawl_id and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-    return found
-
-
 @dataclass
 class Outcome:
     """How a scenario ended (the closing note's table row)."""
@@ -253,7 +243,7 @@ def outcome(
         total=len(urls),
         lost=lost,
         duplicated=duplicated,
-        orphans=len(hook_processes(crawl_id)),
+        orphans=len(hook_processes(crawl_id, db)),
         recovery=recovery,
         peak_mib=peak / 2**20,
         problems=problems,

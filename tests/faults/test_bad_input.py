@@ -11,8 +11,8 @@ from sqlalchemy import func, select
 from boxcar.shared.db import Database
 from boxcar.shared.db.models import Crawl, CrawlSchedule, Snapshot
 from tests.fault_site import FaultSite
-from tests.faults.harness import PLUGINS, MemorySampler, hook_processes, stack_pids
-from tests.helpers import api, submit, wait_sealed, wait_until
+from tests.faults.harness import PLUGINS, MemorySampler, stack_pids
+from tests.helpers import api, hook_processes, submit, wait_sealed, wait_until
 
 FAMILIES = ["fetch", "extract", "parse", "index"]
 
@@ -42,7 +42,7 @@ def test_bad_pages_seal_within_their_timeouts_and_memory_stays_bounded(sqlite_ur
     print(f"FAULT bad pages: sealed {state['snapshots']['sealed']}/{len(bad)}, peak {peak:.0f} MiB")
     assert state["snapshots"]["sealed"] == len(bad)
     assert state["http_errors"] >= 2 and peak < 2048
-    assert not hook_processes(crawl_id)
+    assert not hook_processes(crawl_id, Database(sqlite_url))
 
 
 @pytest.mark.parametrize("links", [5000, 20000])
