@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import textwrap
@@ -228,6 +229,30 @@ def test_a_forked_hook_starts_with_the_preloaded_objects_frozen(tmp_path):
         assert asyncio.run(go()) == ("frozen", 0)
     finally:
         zygote.stop()
+
+
+def test_a_warm_hooks_first_connection_imports_nothing(tmp_path):
+    """``socket.create_connection`` with a host name imports ``encodings.idna`` (and
+    ``unicodedata``) in a process's first connection; favicon's hook forks a child per candidate
+    URL and each paid it (``HOOK_PRELOAD``). Warm, nothing is imported; cold, the idna codec is."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    hook = probe_hook(
+        tmp_path,
+        "import socket, sys\nbefore = set(sys.modules)\n"
+        f"socket.create_connection(('localhost', {port}), timeout=10).close()\n"
+        "print(' '.join(sorted(set(sys.modules) - before)) or 'nothing')\n",
+    )
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    try:
+        zygote.start()
+        warm_out = asyncio.run(run_hook(hook, tmp_path, zygote))
+        cold_out = asyncio.run(run_hook(hook, tmp_path, None))
+    finally:
+        zygote.stop()
+        listener.close()
+    assert warm_out == ("nothing", 0)
+    assert "encodings.idna" in cold_out[0].split(), cold_out
 
 
 def test_a_stand_in_starts_without_site_or_the_servers_imports(tmp_path, second_python):
