@@ -386,6 +386,80 @@ def test_a_hook_compiled_once_by_the_zygote_runs_as_a_script_and_an_edited_one_a
     assert edited == (first[0].replace(" 1", " two"), 0)
 
 
+#: How a program starts and ends: signal dispositions, its own excepthook, its non-daemon threads
+#: (one a thread pool never shut down: python's exit stops it) and its atexit handlers.
+END_PROBE = """
+import atexit, signal, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+names = ("SIGCHLD", "SIGTERM", "SIGINT", "SIGPIPE", "SIGXFSZ")
+print([str(signal.getsignal(getattr(signal, name))) for name in names])
+atexit.register(lambda: print("atexit ran", flush=True))
+def late():
+    time.sleep(0.3)
+    print("thread joined", flush=True)
+threading.Thread(target=late).start()
+ThreadPoolExecutor(1).submit(print, "pool ran", flush=True).result()
+sys.excepthook = lambda kind, value, tb: print("own excepthook:", kind.__name__, value, flush=True)
+raise ValueError("boom")
+"""
+
+
+def test_a_forked_hook_starts_and_ends_as_a_python_process_does(tmp_path):
+    """A fork begins with a new interpreter's signal dispositions (SIGINT raises, SIGPIPE is
+    ignored; it used to inherit SIG_DFL for both) and ends as ``python`` does: the program's own
+    ``sys.excepthook``, then its non-daemon threads joined, then its ``atexit`` handlers (a fork
+    used to print the traceback itself and leave at once)."""
+    hook = probe_hook(tmp_path, END_PROBE)
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    try:
+        zygote.start()
+        warm_out = asyncio.run(run_hook(hook, tmp_path, zygote))
+        cold_out = asyncio.run(run_hook(hook, tmp_path, None))
+    finally:
+        zygote.stop()
+    assert warm_out == cold_out
+    signals = "['0', '0', '<built-in function default_int_handler>', '1', '1']"  # SIG_DFL 0, SIG_IGN 1
+    lines = [signals, "pool ran", "own excepthook: ValueError boom", "thread joined", "atexit ran"]
+    assert cold_out == ("\n".join(lines), 1)
+
+
+#: What a ``-c`` program sees of itself as ``__main__``.
+C_PROBE = """
+names = sorted(globals())
+import sys
+me = sys.modules["__main__"]
+print(repr([__name__, me.__dict__ is globals(), __package__, __spec__, getattr(__loader__, "__name__", None),
+            "__file__" in globals(), sys.path[0], sys.argv, names]))
+"""
+
+
+def test_a_c_program_in_a_fork_gets_the_main_module_and_path_python_c_gives(tmp_path):
+    """``python -c`` (trafilatura's worker, through its stand-in) runs in a ``__main__`` module of
+    its own, as ``python -c`` makes it — not in the zygote's — with ``""`` first on ``sys.path``:
+    a multiprocessing child or a pickled function finds what a cold run would."""
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    argv = [sys.executable, "-c", C_PROBE, "an arg"]
+
+    async def warm() -> str:
+        await asyncio.to_thread(zygote.start)
+        proc = await zygote.spawn(argv, tmp_path, dict(os.environ))
+        out = await proc.stdout.read()
+        assert await proc.wait() == 0
+        return out.decode().strip()
+
+    try:
+        warm_out = asyncio.run(warm())
+    finally:
+        zygote.stop()
+    cold = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    names = ["__annotations__", "__builtins__", "__doc__", "__loader__", "__name__", "__package__", "__spec__"]
+    assert (
+        warm_out
+        == cold.stdout.strip()
+        == repr(["__main__", True, None, None, "BuiltinImporter", False, "", ["-c", "an arg"], names])
+    )
+
+
 @pytest.mark.parametrize(("plugins", "started"), [(["hashes"], True), (["chrome", "screenshot"], False)])
 def test_prestart_starts_the_hooks_fork_server_only_for_plugins_with_python_hooks(tmp_path, plugins, started):
     """An executor starts its Python hooks' fork server at its own start (its first hooks do not

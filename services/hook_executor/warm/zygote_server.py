@@ -32,6 +32,7 @@ import contextlib
 import ctypes
 import gc
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -197,8 +198,7 @@ class ZygoteServer:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
-                signal.signal(sig, signal.SIG_DFL)
+            _python_signals()
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             for fd in fds:
@@ -216,15 +216,15 @@ class ZygoteServer:
             code = _run(argv, program)
         except SystemExit as done:
             code = _exit_code(done)
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-            code = 1
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                sys.excepthook(*sys.exc_info())  # the program's own, as python calls it
+            code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
         finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
+            code = _finalize(code)
+            if code == -signal.SIGINT:  # python ends an interrupted program by SIGINT itself (3.8+)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
             os._exit(code)
 
     def _client_gone(self, pid: int) -> None:
@@ -319,6 +319,39 @@ def _exit_code(done: SystemExit) -> int:
     return 1
 
 
+def _python_signals() -> None:
+    """The signal dispositions a new ``python`` starts with (the ``signal`` module docs: SIGINT
+    raises ``KeyboardInterrupt``, SIGPIPE and SIGXFSZ are ignored, so a write to a closed pipe
+    raises ``BrokenPipeError``), in place of the zygote's SIGCHLD and SIGTERM handlers."""
+    for sig in (signal.SIGCHLD, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _finalize(code: int) -> int:
+    """What ``python`` does when its program has ended, before the process exits
+    (``Py_FinalizeEx``): wait for the program's non-daemon threads (``threading._shutdown``, which
+    runs ``threading``'s own exit callbacks first, as concurrent.futures' workers need), run its
+    ``atexit`` handlers, flush the standard streams. The fork then leaves with ``os._exit``: the
+    rest of the teardown is the zygote's objects. Returns the exit status ``code`` (120 when the
+    streams cannot be flushed and it was 0, as ``python``)."""
+    with contextlib.suppress(BaseException):
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()  # type: ignore[attr-defined]
+    with contextlib.suppress(BaseException):
+        import atexit
+
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - python's own exit status for it
+            code = code or 120
+    return code
+
+
 def _run(argv: list[str], code: CodeType | None = None) -> int:
     """Run ``argv`` (``[python, script, args…]`` or ``[python, -c, code, args…]``) as ``__main__``,
     as ``python`` would; ``code`` is the program compiled already (``CodeCache``), or None (then a
@@ -331,32 +364,29 @@ def _run(argv: list[str], code: CodeType | None = None) -> int:
         print(f"zygote: cannot run {argv[1:2]} in a fork: only a script or -c", file=sys.stderr)
         return 2
     kind, text, args = program
+    # the __main__ module and sys.path[0] that ``python`` makes (Python/pythonrun.c and the sys.path
+    # docs: the script's directory, or "" — the working directory — for -c), not the zygote's own
+    import builtins
+
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__package__=None, __spec__=None, __builtins__=builtins, __annotations__={})
     if kind == "-c":
         sys.argv = ["-c", *args]
-        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-        exec(code or compile(text, "<string>", "exec", dont_inherit=True), namespace)  # noqa: S102 - the hook's own code
+        sys.path.insert(0, "")
+        module.__loader__ = importlib.machinery.BuiltinImporter
+        sys.modules["__main__"] = module
+        exec(code or compile(text, "<string>", "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the hook's own code
         return 0
     script = text
     sys.argv = [script, *args]
-    sys.path[0] = str(Path(script).resolve().parent)
+    sys.path.insert(0, str(Path(script).resolve().parent))
     if code is None:
         import runpy
 
         runpy.run_path(script, run_name="__main__")
         return 0
-    # the __main__ module ``python script`` makes (Python/pythonrun.c, _PyRun_SimpleFileObject)
-    import builtins
-    from importlib.machinery import SourceFileLoader
-
-    module = types.ModuleType("__main__")
     module.__dict__.update(
-        __file__=script,
-        __cached__=None,
-        __loader__=SourceFileLoader("__main__", script),
-        __package__=None,
-        __spec__=None,
-        __builtins__=builtins,
-        __annotations__={},
+        __file__=script, __cached__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", script)
     )
     sys.modules["__main__"] = module
     exec(code, module.__dict__)  # noqa: S102 - the hook's own code
