@@ -8,7 +8,9 @@ request (over a Unix socket) carries argv, environment and working dir, and the 
 streams as file descriptors (``SCM_RIGHTS``); the zygote forks, and the child makes itself what a
 fresh process would be — its own session and process group, death with its parent
 (``PR_SET_PDEATHSIG``), the streams on 0/1/2, the cwd, exactly the given environment,
-``sys.argv`` — then runs the hook file as ``__main__`` (or ``-c CODE``). The zygote answers with the
+``sys.argv``, ``sys.path[0]``, a new interpreter's signal dispositions — then runs the hook file (or
+``-c CODE``) in a ``__main__`` module of its own, and ends as ``python`` ends: the program's
+``sys.excepthook``, its non-daemon threads joined, its ``atexit`` handlers. The zygote answers with the
 child's pid, then its exit status (``-N`` for a signal, as ``subprocess`` reports it). If the
 client goes away first, the zygote kills the child's group: a hook never outlives whoever asked
 for it.
