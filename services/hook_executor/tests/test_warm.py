@@ -389,13 +389,13 @@ def test_a_hook_compiled_once_by_the_zygote_runs_as_a_script_and_an_edited_one_a
 #: How a program starts and ends: signal dispositions, its own excepthook, its non-daemon threads
 #: (one a thread pool never shut down: python's exit stops it) and its atexit handlers.
 END_PROBE = """
-import atexit, signal, sys, threading, time
+import atexit, signal, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 names = ("SIGCHLD", "SIGTERM", "SIGINT", "SIGPIPE", "SIGXFSZ")
 print([str(signal.getsignal(getattr(signal, name))) for name in names])
 atexit.register(lambda: print("atexit ran", flush=True))
 def late():
-    time.sleep(0.3)
+    threading.main_thread().join()  # python stops the main thread first, then joins the others
     print("thread joined", flush=True)
 threading.Thread(target=late).start()
 ThreadPoolExecutor(1).submit(print, "pool ran", flush=True).result()
@@ -421,6 +421,82 @@ def test_a_forked_hook_starts_and_ends_as_a_python_process_does(tmp_path):
     signals = "['0', '0', '<built-in function default_int_handler>', '1', '1']"  # SIG_DFL 0, SIG_IGN 1
     lines = [signals, "pool ran", "own excepthook: ValueError boom", "thread joined", "atexit ran"]
     assert cold_out == ("\n".join(lines), 1)
+
+
+#: Programs whose ends a fork used to get wrong: (program, extra environment, what a cold python
+#: gives: the stdout, the exit status, and the stderr's last line or a file's content).
+ENDINGS = {
+    "negative status": ("import sys; sys.exit(-2)", {}, ("", 254, "")),
+    "status over 255": ("import sys; sys.exit(2**32 + 5)", {}, ("", 5, "")),
+    "stdout closed": ("import sys; print('x'); sys.stdout.close()", {}, ("x", 0, "")),
+    "a file never closed": ("f = open('left-open.txt', 'w'); f.write('data')", {}, ("", 0, "file: data")),
+    "traceback": ("1 / 0", {}, ("", 1, "ZeroDivisionError: division by zero")),
+    "killed after a print, unbuffered": (
+        "import os, signal; print('said'); os.kill(os.getpid(), signal.SIGKILL)",
+        {"PYTHONUNBUFFERED": "1"},
+        ("said", -9, ""),
+    ),
+    "a start-up variable: cold": (WARM_PROBE, {"PYTHONHASHSEED": "0"}, ("cold", 2, "")),
+}
+
+
+@pytest.mark.parametrize("case", ENDINGS)
+def test_a_fork_ends_as_python_ends(tmp_path, case):
+    """Each program gives the same stdout, exit status, stderr and files warm as cold (and what a
+    cold python gives: the cases check the comparison, not only the equality)."""
+    program, extra, expected = ENDINGS[case]
+    mode = "import sys; open('mode.txt', 'w').write('warm' if 'pydantic' in sys.modules else 'cold')\n"
+    hook = probe_hook(tmp_path, mode + program)
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    env = {**os.environ, **extra}
+
+    async def run(spawner) -> tuple[str, int, str]:
+        (tmp_path / "snap").mkdir(exist_ok=True)
+        (tmp_path / "snap" / "left-open.txt").unlink(missing_ok=True)
+        proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap", env, 30, margin=0, spawner=spawner)
+        await proc.start()
+        await proc.wait()
+        left = tmp_path / "snap" / "left-open.txt"
+        last = (
+            f"file: {left.read_text()}"
+            if left.exists()
+            else (bytes(proc._stderr).decode().strip().splitlines() or [""])[-1]
+        )
+        return "\n".join(proc._stdout_tail), proc.proc.returncode, last
+
+    try:
+        zygote.start()
+        warm_out = asyncio.run(run(zygote))
+        warm_mode = (tmp_path / "snap" / "mode.txt").read_text()
+        cold_out = asyncio.run(run(None))
+    finally:
+        zygote.stop()
+    assert cold_out == expected
+    assert warm_out == cold_out
+    assert (tmp_path / "snap" / "mode.txt").read_text() == "cold"
+    assert warm_mode == ("cold" if "PYTHONHASHSEED" in extra else "warm")
+
+
+def test_a_warm_traceback_shows_only_the_programs_frames(tmp_path):
+    """A traceback names the program's frames only, as a cold one does (not the fork's own)."""
+    hook = probe_hook(tmp_path, "def f():\n    1 / 0\nf()\n")
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+
+    async def run(spawner) -> str:
+        proc = HookProcess(
+            hook, [sys.executable, hook.path], tmp_path / "snap", dict(os.environ), 30, margin=0, spawner=spawner
+        )
+        await proc.start()
+        await proc.wait()
+        return bytes(proc._stderr).decode()
+
+    try:
+        zygote.start()
+        warm_err, cold_err = asyncio.run(run(zygote)), asyncio.run(run(None))
+    finally:
+        zygote.stop()
+    assert "zygote_server" not in warm_err and "runpy" not in warm_err
+    assert warm_err == cold_err and cold_err.count('File "') == 2
 
 
 #: What a ``-c`` program sees of itself as ``__main__``.

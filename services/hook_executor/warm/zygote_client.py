@@ -148,11 +148,12 @@ class Zygote:
 
         Raises:
             OSError: the zygote cannot be reached, or it closed the connection before the fork
-                (it was exiting idle), or ``argv`` is not one a fork runs (``program_of``):
-                nothing was started, start the hook cold.
+                (it was exiting idle), or ``argv`` or ``env`` is not one a fork honours
+                (``cold_reason``): nothing was started, start the hook cold.
         """
-        if wire.program_of(argv) is None:
-            raise ConnectionRefusedError(f"{argv[1:2]} needs a cold interpreter")
+        reason = wire.cold_reason(argv, env)
+        if reason is not None:
+            raise ConnectionRefusedError(f"a cold interpreter is needed: {reason}")
         loop = asyncio.get_running_loop()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()

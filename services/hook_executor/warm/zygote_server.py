@@ -36,6 +36,7 @@ import gc
 import importlib
 import importlib.machinery
 import importlib.util
+import io
 import logging
 import os
 import selectors
@@ -195,6 +196,7 @@ class ZygoteServer:
 
     def _child(self, conn: socket.socket, request: dict, fds: list[int], program: CodeType | None) -> None:
         code = 1
+        interrupted = False
         try:
             os.setsid()
             libc = ctypes.CDLL(None, use_errno=True)
@@ -206,28 +208,34 @@ class ZygoteServer:
             for fd in fds:
                 if fd > 2:
                     os.close(fd)
-            _fresh_standard_streams()
+            env = request["env"]
+            _fresh_standard_streams(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
+            sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
             self.listener.close()
             for other in self.children.values():
                 other.close()
             conn.close()
             os.chdir(request["cwd"])
             os.environ.clear()
-            os.environ.update(request["env"])
+            os.environ.update(env)
             argv = request["argv"]
             code = _run(argv, program)
         except SystemExit as done:
             code = _exit_code(done)
         except BaseException as exc:
-            with contextlib.suppress(BaseException):
-                sys.excepthook(*sys.exc_info())  # the program's own, as python calls it
-            code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            tb = _program_traceback(exc.__traceback__)
+            with contextlib.suppress(BaseException):  # the program's own hook, as python calls it
+                sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # (what it prints is the exception's)
+            code = 1
         finally:
-            code = _finalize(code)
-            if code == -signal.SIGINT:  # python ends an interrupted program by SIGINT itself (3.8+)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGINT)
-            os._exit(code)
+            try:  # nothing may unwind into the server's loop: this is a fork
+                code = _finalize(code)
+                if interrupted:  # python ends an interrupted program by SIGINT itself (3.8+)
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    os.kill(os.getpid(), signal.SIGINT)
+            finally:
+                os._exit(code & 0xFF)  # the status the system keeps, as for python's exit(code)
 
     def _client_gone(self, pid: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -297,19 +305,39 @@ def share_default_https_context() -> None:
     shared()
 
 
-def _fresh_standard_streams() -> None:
+def _fresh_standard_streams(unbuffered: bool = False) -> None:
     """New ``sys.stdin``/``stdout``/``stderr`` on fds 0–2, as a fresh interpreter has: the zygote's
     own wrappers carry its state (its stdout already wrote "ready"), and tools that reconfigure
-    their streams (gallery-dl) fail on them."""
+    their streams (gallery-dl) fail on them. ``unbuffered`` (the hook's ``PYTHONUNBUFFERED``, which
+    the embedded stack and the image set): stdout and stderr write through to the file as ``python
+    -u`` makes them, so what a hook printed is not lost when it is killed (the zygote ignores the
+    variable: it runs with ``-I``)."""
     for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
         old = getattr(sys, name)
         with contextlib.suppress(Exception):
             old.flush()
-        stream = open(  # noqa: SIM115 - the process's own stream for its whole life
-            fd, mode, buffering=1 if name == "stderr" else -1, encoding=old.encoding, errors=old.errors, closefd=False
-        )
+        if unbuffered and mode == "w":  # Python/pylifecycle.c create_stdio: no buffer, write_through
+            raw = open(fd, "wb", buffering=0, closefd=False)  # noqa: SIM115 - the process's own stream
+            stream = io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, write_through=True)  # type: ignore[arg-type]
+        else:
+            buffering = 1 if name == "stderr" else -1
+            stream = open(fd, mode, buffering=buffering, encoding=old.encoding, errors=old.errors, closefd=False)  # noqa: SIM115
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+
+
+def _program_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` from the program's first frame on: without the frames of this module and runpy's that
+    ran it, which a traceback of a cold ``python`` program does not show."""
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>", runpy_file()):
+        tb = tb.tb_next
+    return tb
+
+
+def runpy_file() -> str | None:
+    """``runpy``'s source file, if it was imported (it is a frozen module on Python 3.11+)."""
+    module = sys.modules.get("runpy")
+    return getattr(module, "__file__", None) if module is not None else None
 
 
 def _exit_code(done: SystemExit) -> int:
@@ -336,21 +364,28 @@ def _finalize(code: int) -> int:
     """What ``python`` does when its program has ended, before the process exits
     (``Py_FinalizeEx``): wait for the program's non-daemon threads (``threading._shutdown``, which
     runs ``threading``'s own exit callbacks first, as concurrent.futures' workers need), run its
-    ``atexit`` handlers, flush the standard streams. The fork then leaves with ``os._exit``: the
-    rest of the teardown is the zygote's objects. Returns the exit status ``code`` (120 when the
-    streams cannot be flushed and it was 0, as ``python``)."""
+    ``atexit`` handlers, free its ``__main__``'s objects (a file it wrote and never closed is
+    flushed and closed then), flush the standard streams. The fork then leaves with ``os._exit``:
+    the rest of the teardown is the zygote's objects. Returns the exit status: ``code``, or 120
+    when a standard stream cannot be flushed (as ``python``; a closed one is left alone)."""
     with contextlib.suppress(BaseException):
         if "threading" in sys.modules:
-            sys.modules["threading"]._shutdown()  # type: ignore[attr-defined]
+            sys.modules["threading"]._shutdown()
     with contextlib.suppress(BaseException):
         import atexit
 
         atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
+    main = sys.modules.get("__main__")
+    if main is not None and main.__dict__ is not globals():  # not the zygote's own (a relative script ran by runpy)
+        with contextlib.suppress(BaseException):
+            main.__dict__.clear()
+    for stream in dict.fromkeys((sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)):
+        if stream is None or getattr(stream, "closed", True):
+            continue
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - python's own exit status for it
-            code = code or 120
+            code = 120
     return code
 
 

@@ -144,16 +144,45 @@ def unix_call(sock: _socket.socket, method: str, path: str) -> None:
 # ----------------------------------------------------------------------------- what a fork runs
 
 
+#: ``PYTHON*`` variables (the Python docs' "Environment variables") that only an interpreter's start
+#: reads: the zygote started without them (``-I``) and a fork cannot take them on, so a program
+#: given one starts cold. ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE`` are not here: a fork
+#: applies them itself (``zygote_server``); the rest are read while a program runs (``PYTHONBREAKPOINT``,
+#: ``PYTHONCASEOK``, ``PYTHONASYNCIODEBUG``) or only by an interactive one (``PYTHONSTARTUP``).
+STARTUP_ONLY = frozenset(
+    {
+        "PYTHONHOME", "PYTHONPATH", "PYTHONSAFEPATH", "PYTHONPLATLIBDIR", "PYTHONOPTIMIZE", "PYTHONDEBUG",
+        "PYTHONINSPECT", "PYTHONVERBOSE", "PYTHONPYCACHEPREFIX", "PYTHONHASHSEED", "PYTHONINTMAXSTRDIGITS",
+        "PYTHONIOENCODING", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONEXECUTABLE", "PYTHONWARNINGS",
+        "PYTHONFAULTHANDLER", "PYTHONTRACEMALLOC", "PYTHONPROFILEIMPORTTIME", "PYTHONMALLOC", "PYTHONMALLOCSTATS",
+        "PYTHONCOERCECLOCALE", "PYTHONDEVMODE", "PYTHONUTF8", "PYTHONWARNDEFAULTENCODING", "PYTHONNODEBUGRANGES",
+        "PYTHONPERFSUPPORT", "PYTHON_PERF_JIT_SUPPORT", "PYTHON_CPU_COUNT", "PYTHON_FROZEN_MODULES", "PYTHON_GIL",
+        "PYTHON_JIT", "PYTHON_COLORS",
+    }
+)  # fmt: skip
+
+
 def program_of(argv: list[str]) -> tuple[str, str, list[str]] | None:
     """What ``argv`` (``[python, …]``) asks a zygote's fork to run: ``("-c", code, args)``,
     ``("script", path, args)``, or None for anything else (an interpreter option such as ``-u`` or
-    ``-m`` before the program, or no program at all), which only a cold ``python`` runs right.
-    The one reading of a request's argv: the server runs and compiles by it, a stand-in asks it
-    before it sends a request."""
+    ``-m`` before the program, ``-`` or ``""``, or no program at all), which only a cold ``python``
+    runs right. The one reading of a request's argv: the server runs and compiles by it."""
     if len(argv) >= 3 and argv[1] == "-c":
         return "-c", argv[2], argv[3:]
-    if len(argv) >= 2 and not argv[1].startswith("-"):
+    if len(argv) >= 2 and argv[1] and not argv[1].startswith("-"):
         return "script", argv[1], argv[2:]
+    return None
+
+
+def cold_reason(argv: list[str], env: dict[str, str]) -> str | None:
+    """Why ``argv`` with ``env`` must run in a new interpreter rather than a zygote's fork (its argv
+    is not one ``program_of`` reads, or ``env`` sets one of ``STARTUP_ONLY``), or None. The
+    executor and a stand-in both ask it before they send a request."""
+    if program_of(argv) is None:
+        return f"{argv[1:2]} is not a script or -c"
+    for key in STARTUP_ONLY.intersection(env):
+        if env[key]:
+            return f"{key} is set"
     return None
 
 
@@ -164,8 +193,8 @@ def client_main(argv: list[str] | None = None) -> int:
     """``python -I -S zygote_wire.py --client SOCKET [--cold PYTHON] ARGS…``: run ARGS (``-c CODE …`` or
     ``script …``) in the zygote at SOCKET with this process's streams, cwd and environment;
     returns the child's exit status. Killed, it takes the child with it (the zygote sees the
-    connection close). With no zygote there (it exited idle), or ARGS a fork cannot run
-    (``program_of``), ``exec`` PYTHON ARGS instead: the same program, started cold."""
+    connection close). With no zygote there (it exited idle), or ARGS or an environment a fork
+    cannot honour (``cold_reason``), ``exec`` PYTHON ARGS instead: the same program, started cold."""
     args = sys.argv[1:] if argv is None else argv
     socket_path, rest = args[1], args[2:]  # ["--client", SOCKET, …]; ARGS are passed on untouched
     cold = None
@@ -174,7 +203,7 @@ def client_main(argv: list[str] | None = None) -> int:
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     request = {"argv": [sys.executable, *rest], "cwd": os.getcwd(), "env": dict(os.environ)}
     try:
-        if program_of(request["argv"]) is None:  # options a fork cannot honour: the real interpreter
+        if cold_reason(request["argv"], request["env"]) is not None:  # what a fork cannot honour
             raise FileNotFoundError(socket_path)
         unix_call(conn, "connect", socket_path)
         send_request(conn, request, [0, 1, 2])
