@@ -143,6 +143,16 @@ async def run_hook(
     return "\n".join(proc._stdout_tail), proc.proc.returncode
 
 
+def warm_and_cold(hook, tmp_path: Path) -> tuple[tuple[str, int], tuple[str, int]]:
+    """``run_hook`` of ``hook`` in a fork of a zygote started for it, then cold: (warm, cold)."""
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    try:
+        zygote.start()
+        return asyncio.run(run_hook(hook, tmp_path, zygote)), asyncio.run(run_hook(hook, tmp_path, None))
+    finally:
+        zygote.stop()
+
+
 async def eventually(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -243,13 +253,9 @@ def test_a_warm_hooks_first_connection_imports_nothing(tmp_path):
         f"socket.create_connection(('localhost', {port}), timeout=10).close()\n"
         "print(' '.join(sorted(set(sys.modules) - before)) or 'nothing')\n",
     )
-    zygote = Zygote(sys.executable, tmp_path / "z.sock")
     try:
-        zygote.start()
-        warm_out = asyncio.run(run_hook(hook, tmp_path, zygote))
-        cold_out = asyncio.run(run_hook(hook, tmp_path, None))
+        warm_out, cold_out = warm_and_cold(hook, tmp_path)
     finally:
-        zygote.stop()
         listener.close()
     assert warm_out == ("nothing", 0)
     assert "encodings.idna" in cold_out[0].split(), cold_out
@@ -409,14 +415,7 @@ def test_a_forked_hook_starts_and_ends_as_a_python_process_does(tmp_path):
     ignored; it used to inherit SIG_DFL for both) and ends as ``python`` does: the program's own
     ``sys.excepthook``, then its non-daemon threads joined, then its ``atexit`` handlers (a fork
     used to print the traceback itself and leave at once)."""
-    hook = probe_hook(tmp_path, END_PROBE)
-    zygote = Zygote(sys.executable, tmp_path / "z.sock")
-    try:
-        zygote.start()
-        warm_out = asyncio.run(run_hook(hook, tmp_path, zygote))
-        cold_out = asyncio.run(run_hook(hook, tmp_path, None))
-    finally:
-        zygote.stop()
+    warm_out, cold_out = warm_and_cold(probe_hook(tmp_path, END_PROBE), tmp_path)
     assert warm_out == cold_out
     signals = "['0', '0', '<built-in function default_int_handler>', '1', '1']"  # SIG_DFL 0, SIG_IGN 1
     lines = [signals, "pool ran", "own excepthook: ValueError boom", "thread joined", "atexit ran"]
