@@ -151,6 +151,7 @@ class ZygoteServer:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
+        self.inherited = {sig: signal.getsignal(sig) for sig in (signal.SIGCHLD, signal.SIGTERM)}  # for the forks
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         self.selector.register(listener, selectors.EVENT_READ, "accept")
@@ -202,7 +203,7 @@ class ZygoteServer:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             signal.set_wakeup_fd(-1)
-            _python_signals()
+            _python_signals(self.inherited)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             for fd in fds:
@@ -349,15 +350,15 @@ def _exit_code(done: SystemExit) -> int:
     return 1
 
 
-def _python_signals() -> None:
-    """The signal dispositions a new ``python`` starts with (the ``signal`` module docs: SIGINT
-    raises ``KeyboardInterrupt``, SIGPIPE and SIGXFSZ are ignored, so a write to a closed pipe
-    raises ``BrokenPipeError``), in place of the zygote's SIGCHLD and SIGTERM handlers."""
-    for sig in (signal.SIGCHLD, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(sig, signal.SIG_IGN)
+def _python_signals(inherited: dict[signal.Signals, object]) -> None:
+    """The signal dispositions a ``python`` started by the zygote's parent would have: the
+    zygote's own SIGCHLD and SIGTERM handlers back to what the zygote inherited (``inherited``), the
+    rest as the zygote's interpreter set them at its start — SIGPIPE and SIGXFSZ ignored (so a write
+    to a closed pipe raises ``BrokenPipeError``), SIGINT raising ``KeyboardInterrupt`` unless it
+    came ignored (a shell's background job, an xdist worker), then ignored still (the ``signal``
+    module docs)."""
+    for sig, disposition in inherited.items():
+        signal.signal(sig, disposition if disposition in (signal.SIG_DFL, signal.SIG_IGN) else signal.SIG_DFL)  # type: ignore[arg-type]
 
 
 def _finalize(code: int) -> int:
