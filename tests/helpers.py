@@ -44,18 +44,16 @@ def wait_until[T](check: Callable[[], T], timeout: float, what: str, interval: f
         time.sleep(interval)
 
 
-def hook_processes(crawl_id: str, db: Database | None = None) -> list[psutil.Process]:
+def hook_processes(crawl_id: str, db: Database) -> list[psutil.Process]:
     """Live processes working for ``crawl_id``: each process whose ``EXTRA_CONTEXT`` names it (a
-    cold hook, and whatever a hook starts), and, given ``db``, each warm hook of its snapshots.
+    cold hook, and whatever a hook starts) and each warm hook of the crawl or its snapshots.
 
     /proc shows a fork of a zygote the environment the zygote started with, not the one the hook
     runs with, so a warm hook is found otherwise: its command line is its parent's (a fork of a
-    ``zygote_server.py``) and its working directory (``<snapshot dir>/<plugin>``) lies in a folder
-    named by one of the crawl's snapshot ids."""
-    snapshot_ids: set[str] = set()
-    if db is not None:
-        with db.read() as s:
-            snapshot_ids = set(s.scalars(select(Snapshot.id).where(Snapshot.crawl_id == crawl_id)))
+    ``zygote_server.py``) and its working directory (``<snapshot or crawl dir>/<plugin>``) lies in
+    a folder named by the crawl's id or one of its snapshots' (``storage.snapshot_dir``, ``crawl_dir``)."""
+    with db.read() as s:
+        ids = {crawl_id, *s.scalars(select(Snapshot.id).where(Snapshot.crawl_id == crawl_id))}
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error, ValueError, OSError):
@@ -64,17 +62,18 @@ def hook_processes(crawl_id: str, db: Database | None = None) -> list[psutil.Pro
             context = proc.environ().get("EXTRA_CONTEXT", "")
             if context and json.loads(context).get("crawl_id") == crawl_id:
                 found.append(proc)
-            elif snapshot_ids and is_warm_hook(proc) and snapshot_ids & set(Path(proc.cwd()).parts):
+            elif is_warm_hook(proc) and ids & set(Path(proc.cwd()).parts):
                 found.append(proc)
     return found
 
 
 def is_warm_hook(proc: psutil.Process) -> bool:
     """True for a program a zygote forked (a warm hook, or a stand-in's program): a process with
-    a ``zygote_server.py`` command line whose parent has the same one (a fork keeps its argv)."""
-    with contextlib.suppress(psutil.Error):
-        cmdline = proc.cmdline()
-        if any(arg.endswith("zygote_server.py") for arg in cmdline):
+    a ``zygote_server.py`` command line whose parent has the same one (a fork keeps its argv).
+    ``proc`` comes from ``psutil.process_iter(["cmdline"])``: its command line is read already."""
+    cmdline = proc.info["cmdline"] or []
+    if any(arg.endswith("zygote_server.py") for arg in cmdline):
+        with contextlib.suppress(psutil.Error):
             parent = proc.parent()
             return parent is not None and parent.cmdline() == cmdline
     return False

@@ -61,10 +61,7 @@ def test_a_second_python_runs_warm_with_the_same_result(tmp_path, second_python,
     hook = hook_starting_a_second_python(tmp_path, options)
 
     async def run(env: dict[str, str]) -> str:
-        proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap" / "probe", env, 30, margin=0)
-        await proc.start()
-        await proc.wait()
-        return "\n".join(proc._stdout_tail)
+        return stdout_of(await finished(hook, tmp_path / "snap" / "probe", env))
 
     async def both() -> tuple[str, str]:
         interpreters = WarmInterpreters(tmp_path / "warm", get_catalog(), [])
@@ -131,17 +128,29 @@ def probe_hook(tmp_path: Path, body: str):
 WARM_PROBE = "import sys\nprint('warm' if 'pydantic' in sys.modules else 'cold')\nsys.exit(2)\n"
 
 
+async def finished(
+    hook, cwd: Path, env: dict[str, str] | None = None, spawner=None, options: tuple[str, ...] = ()
+) -> HookProcess:
+    """Run ``hook`` (``python *options hook``) in ``cwd`` with ``env`` (default: ours) through
+    ``spawner`` (None: cold) to its end; returns its ``HookProcess`` (output tails, exit code)."""
+    env = dict(os.environ) if env is None else env
+    proc = HookProcess(hook, [sys.executable, *options, hook.path], cwd, env, 30, margin=0, spawner=spawner)
+    await proc.start()
+    await proc.wait()
+    return proc
+
+
+def stdout_of(proc: HookProcess) -> str:
+    """What a finished hook printed (its stdout's tail, lines joined)."""
+    return "\n".join(proc._stdout_tail)
+
+
 async def run_hook(
     hook, tmp_path: Path, spawner, env: dict[str, str] | None = None, options: tuple[str, ...] = ()
 ) -> tuple[str, int]:
-    """Run ``hook`` (``python *options hook``) to its end through ``spawner`` (None: cold) with
-    ``env`` (default: ours); returns (its stdout's tail, its exit code)."""
-    env = dict(os.environ) if env is None else env
-    cmd = [sys.executable, *options, hook.path]
-    proc = HookProcess(hook, cmd, tmp_path / "snap" / "probe", env, 30, margin=0, spawner=spawner)
-    await proc.start()
-    await proc.wait()
-    return "\n".join(proc._stdout_tail), proc.proc.returncode
+    """``finished`` in ``tmp_path/snap/probe``: (its stdout's tail, its exit code)."""
+    proc = await finished(hook, tmp_path / "snap" / "probe", env, spawner, options)
+    return stdout_of(proc), proc.proc.returncode
 
 
 def warm_and_cold(hook, tmp_path: Path) -> tuple[tuple[str, int], tuple[str, int]]:
@@ -218,10 +227,7 @@ def test_with_no_zygote_at_its_socket_hooks_and_stand_ins_start_cold(tmp_path, s
     env = {**os.environ, **stand_ins}
 
     async def go() -> str:
-        proc = HookProcess(second, [sys.executable, second.path], tmp_path / "snap2" / "probe", env, 30, margin=0)
-        await proc.start()
-        await proc.wait()
-        return "\n".join(proc._stdout_tail)
+        return stdout_of(await finished(second, tmp_path / "snap2" / "probe", env))
 
     assert asyncio.run(go()) == '[["a", "b c"], false] 3'
 
@@ -455,16 +461,14 @@ def test_a_fork_ends_as_python_ends(tmp_path, case):
     async def run(spawner) -> tuple[str, int, str]:
         (tmp_path / "snap").mkdir(exist_ok=True)
         (tmp_path / "snap" / "left-open.txt").unlink(missing_ok=True)
-        proc = HookProcess(hook, [sys.executable, hook.path], tmp_path / "snap", env, 30, margin=0, spawner=spawner)
-        await proc.start()
-        await proc.wait()
+        proc = await finished(hook, tmp_path / "snap", env, spawner)
         left = tmp_path / "snap" / "left-open.txt"
         last = (
             f"file: {left.read_text()}"
             if left.exists()
             else (bytes(proc._stderr).decode().strip().splitlines() or [""])[-1]
         )
-        return "\n".join(proc._stdout_tail), proc.proc.returncode, last
+        return stdout_of(proc), proc.proc.returncode, last
 
     try:
         zygote.start()
@@ -485,12 +489,7 @@ def test_a_warm_traceback_shows_only_the_programs_frames(tmp_path):
     zygote = Zygote(sys.executable, tmp_path / "z.sock")
 
     async def run(spawner) -> str:
-        proc = HookProcess(
-            hook, [sys.executable, hook.path], tmp_path / "snap", dict(os.environ), 30, margin=0, spawner=spawner
-        )
-        await proc.start()
-        await proc.wait()
-        return bytes(proc._stderr).decode()
+        return bytes((await finished(hook, tmp_path / "snap", spawner=spawner))._stderr).decode()
 
     try:
         zygote.start()

@@ -184,10 +184,12 @@ class ZygoteServer:
             conn.close()
             return
         self.last_active = time.monotonic()
-        program = self.codes.get(request["argv"]) if isinstance(request.get("argv"), list) else None
+        argv = request.get("argv")
+        program = wire.program_of(argv) if isinstance(argv, list) else None
+        compiled = self.codes.get(program) if program is not None else None
         pid = os.fork()
         if pid == 0:
-            self._child(conn, request, fds, program)  # never returns
+            self._child(conn, request, fds, program, compiled)  # never returns
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
@@ -195,7 +197,14 @@ class ZygoteServer:
         with contextlib.suppress(OSError):
             wire.send(conn, {"pid": pid})
 
-    def _child(self, conn: socket.socket, request: dict, fds: list[int], program: CodeType | None) -> None:
+    def _child(
+        self,
+        conn: socket.socket,
+        request: dict,
+        fds: list[int],
+        program: tuple[str, str, list[str]] | None,
+        compiled: CodeType | None,
+    ) -> None:
         code = 1
         interrupted = False
         try:
@@ -219,8 +228,12 @@ class ZygoteServer:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(env)
-            argv = request["argv"]
-            code = _run(argv, program)
+            if program is None:  # the executor and the stand-ins send none: they start such a program cold
+                argv = f"{request.get('argv')!r:.200}"
+                print(f"zygote: cannot run {argv} in a fork: only a script or -c", file=sys.stderr)
+                code = 2  # as python's for a bad command line
+            else:
+                code = _run(program, compiled)
         except SystemExit as done:
             code = _exit_code(done)
         except BaseException as exc:
@@ -330,12 +343,12 @@ def _fresh_standard_streams(unbuffered: bool = False) -> None:
 def _program_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
     """``tb`` from the program's first frame on: without the frames of this module and runpy's that
     ran it, which a traceback of a cold ``python`` program does not show."""
-    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>", runpy_file()):
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>", _runpy_file()):
         tb = tb.tb_next
     return tb
 
 
-def runpy_file() -> str | None:
+def _runpy_file() -> str | None:
     """``runpy``'s source file, if it was imported (it is a frozen module on Python 3.11+)."""
     module = sys.modules.get("runpy")
     return getattr(module, "__file__", None) if module is not None else None
@@ -390,17 +403,12 @@ def _finalize(code: int) -> int:
     return code
 
 
-def _run(argv: list[str], code: CodeType | None = None) -> int:
-    """Run ``argv`` (``[python, script, args…]`` or ``[python, -c, code, args…]``) as ``__main__``,
-    as ``python`` would; ``code`` is the program compiled already (``CodeCache``), or None (then a
-    script runs through ``runpy.run_path``, whose ``__main__`` differs a little: ``__package__``
-    ``""``, no ``__loader__``). Returns the exit status: 2, with a message on stderr as ``python``
-    gives for a bad command line, for an argv ``program_of`` does not read (the executor and the
-    stand-ins send none: they start such a program cold)."""
-    program = wire.program_of(argv)
-    if program is None:
-        print(f"zygote: cannot run {argv[1:2]} in a fork: only a script or -c", file=sys.stderr)
-        return 2
+def _run(program: tuple[str, str, list[str]], code: CodeType | None = None) -> int:
+    """Run ``program`` (``program_of``'s reading of a request's argv: a script or ``-c`` code, and
+    its arguments) as ``__main__``, as ``python`` would; ``code`` is the program compiled already
+    (``CodeCache``), or None (then a script runs through ``runpy.run_path``, whose ``__main__``
+    differs a little: ``__package__`` ``""``, no ``__loader__``). Returns 0; the program's own
+    exit (``SystemExit``) and exceptions propagate to the fork's end (``ZygoteServer._child``)."""
     kind, text, args = program
     # the __main__ module and sys.path[0] that ``python`` makes (Python/pythonrun.c and the sys.path
     # docs: the script's directory, or "" — the working directory — for -c), not the zygote's own
@@ -447,14 +455,11 @@ class CodeCache:
         self.size = size
         self._codes: dict[object, CodeType] = {}
 
-    def get(self, argv: list[str]) -> CodeType | None:
-        """The compiled program of ``argv`` (``[python, /abs/script, …]`` or ``[python, -c, code, …]``),
-        or None: anything else (a relative script path, which names a file only from the fork's
-        cwd; a ``.pyc``), or a program that does not compile or cannot be read. Never raises: the
-        fork then runs ``argv`` as it would have, and fails there if it must."""
-        program = wire.program_of(argv)
-        if program is None:
-            return None
+    def get(self, program: tuple[str, str, list[str]]) -> CodeType | None:
+        """The compiled ``program`` (``program_of``'s reading: an absolute script path or ``-c``
+        code), or None: anything else (a relative script path, which names a file only from the
+        fork's cwd; a ``.pyc``), or a program that does not compile or cannot be read. Never
+        raises: the fork then runs the program as it would have, and fails there if it must."""
         kind, text, _ = program
         try:
             if kind == "-c":

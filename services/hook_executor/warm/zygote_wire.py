@@ -200,21 +200,25 @@ def client_main(argv: list[str] | None = None) -> int:
     cold = None
     if rest[:1] == ["--cold"]:
         cold, rest = rest[1], rest[2:]
-    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     request = {"argv": [sys.executable, *rest], "cwd": os.getcwd(), "env": dict(os.environ)}
-    try:
-        if cold_reason(request["argv"], request["env"]) is not None:  # what a fork cannot honour
-            raise FileNotFoundError(socket_path)
-        unix_call(conn, "connect", socket_path)
-        send_request(conn, request, [0, 1, 2])
-        recv(conn)  # the pid: from here on the program runs in the zygote's fork
-    except OSError:
-        if cold is None:
-            raise
-        conn.close()
-        os.execv(cold, [cold, *rest])
-    code = int(recv(conn)["exit"])
-    return code if code >= 0 else 128 - code
+    reason = cold_reason(request["argv"], request["env"])  # what a fork cannot honour, if anything
+    if reason is None:
+        conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            unix_call(conn, "connect", socket_path)
+            send_request(conn, request, [0, 1, 2])
+            recv(conn)  # the pid: from here on the program runs in the zygote's fork
+        except OSError:
+            if cold is None:
+                raise
+            conn.close()  # no zygote there: start it cold, below
+        else:
+            code = int(recv(conn)["exit"])
+            return code if code >= 0 else 128 - code
+    elif cold is None:
+        raise SystemExit(f"zygote_wire: {reason}, and no --cold python was given to run it")
+    assert cold is not None
+    os.execv(cold, [cold, *rest])
 
 
 if __name__ == "__main__":
