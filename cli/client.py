@@ -139,7 +139,7 @@ class BoxcarClient:
         on_tick=None,
     ) -> dict[str, Any]:
         """Show live progress until the crawl is sealed and all its results are projected, polling
-        at ``poll_interval``'s pace.
+        at ``poll_interval``'s pace (faster as the crawl's end nears).
 
         Args:
             on_tick: called once per poll (the CLI uses it to supervise an embedded stack).
@@ -180,13 +180,28 @@ class BoxcarClient:
                     raise TimeoutError(f"crawl {crawl_id} not sealed after {timeout:.0f}s (status {state['status']})")
                 if on_tick is not None:
                     on_tick()
-                time.sleep(poll_interval(time.monotonic() - started))
+                time.sleep(poll_interval(time.monotonic() - started, (snaps["sealed"], snaps["total"])))
 
 
-def poll_interval(elapsed: float, first: float = 0.1, most: float = 1.0) -> float:
+def poll_interval(
+    elapsed: float, snapshots: tuple[int, int] | None = None, first: float = 0.1, most: float = 1.0
+) -> float:
     """Seconds to wait before the next progress poll of a crawl ``elapsed`` seconds old: ``first``
     at once (a one-URL crawl, sealed in well under a second on a started stack, is seen sealed
     within a tenth of one), growing by 0.1 s per second of waiting to ``most`` (after 9 s with the
     defaults). Each poll counts the crawl's snapshots and results, work that grows with the crawl: a
-    10,000-bookmark import is not counted ten times a second for its whole life."""
-    return min(most, first + 0.1 * max(0.0, elapsed))
+    10,000-bookmark import is not counted ten times a second for its whole life.
+
+    ``snapshots`` is the last poll's ``(sealed, total)``. A crawl whose pace so far (``elapsed /
+    sealed`` seconds a snapshot) says it ends before the next poll is polled when it should end
+    (never sooner than ``first``), and one with every snapshot sealed (its seal and last results
+    to come) every ``first``: ``boxcar add --wait`` ends within about a tenth of a second of the
+    seal rather than up to ``most`` after it."""
+    interval = min(most, first + 0.1 * max(0.0, elapsed))
+    if snapshots is not None:
+        sealed, total = snapshots
+        if total and sealed >= total:
+            return first
+        if sealed > 0:
+            interval = min(interval, max(first, (total - sealed) * elapsed / sealed))
+    return interval

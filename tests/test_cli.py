@@ -183,6 +183,19 @@ def test_add_wait_polls_often_at_first_then_once_a_second():
     assert polls < 620, polls  # 6,000 at a fixed 0.1 s
 
 
+def test_add_wait_polls_when_the_crawls_pace_says_it_ends():
+    """Near its end a crawl is polled when its pace says it will be done, not up to a second later:
+    with every snapshot sealed, every tenth of a second (its seal and last results to come)."""
+    from boxcar.cli.client import poll_interval
+
+    assert poll_interval(30, (0, 130)) == poll_interval(30) == 1.0  # no pace yet
+    assert poll_interval(30, (10, 10_000)) == 1.0  # far from the end
+    assert poll_interval(30, (129, 130)) == pytest.approx(30 / 129)  # one left: ~0.23 s each
+    assert poll_interval(30, (130, 130)) == 0.1
+    assert poll_interval(30, (1000, 1001)) == 0.1  # never sooner than the first poll's pace
+    assert poll_interval(0.5, (1, 3)) == pytest.approx(0.15)  # the ramp still bounds it
+
+
 def test_five_concurrent_adds_of_the_same_urls_make_each_snapshot_once(tmp_path, lib_dir, site_urls):
     """The issue's probe: five ``boxcar add`` of the same 20 URLs at once made 100 snapshots, each
     crawl saying "0 archived before". Whether a URL is archived *or in progress* is decided where
