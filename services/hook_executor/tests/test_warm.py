@@ -500,6 +500,27 @@ def test_a_warm_traceback_shows_only_the_programs_frames(tmp_path):
     assert warm_err == cold_err and cold_err.count('File "') == 2
 
 
+def test_a_warm_hook_gives_its_compiler_warnings_as_a_cold_one(tmp_path):
+    """A script's ``SyntaxWarning`` (an invalid escape sequence) goes to the hook's stderr each
+    time, as a cold ``python`` compiling it gives it — also when the zygote compiled it once for
+    every fork (it used to go to the zygote's own stderr, and then to no one)."""
+    hook = probe_hook(tmp_path, 'import sys\nprint("warm" if "pydantic" in sys.modules else "cold", "\\d")\n')
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+
+    async def run(spawner) -> tuple[str, str]:
+        proc = await finished(hook, tmp_path / "snap", spawner=spawner)
+        return stdout_of(proc), bytes(proc._stderr).decode()
+
+    try:
+        zygote.start()
+        first, again = asyncio.run(run(zygote)), asyncio.run(run(zygote))
+        cold = asyncio.run(run(None))
+    finally:
+        zygote.stop()
+    assert cold[0] == "cold \\d" and "SyntaxWarning: invalid escape sequence '\\d'" in cold[1]
+    assert first == again == ("warm \\d", cold[1])
+
+
 #: What a ``-c`` program sees of itself as ``__main__``.
 C_PROBE = """
 names = sorted(globals())

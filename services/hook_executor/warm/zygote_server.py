@@ -45,8 +45,10 @@ import socket
 import sys
 import time
 import types
+import warnings
 from pathlib import Path
 from types import CodeType
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +205,7 @@ class ZygoteServer:
         request: dict,
         fds: list[int],
         program: tuple[str, str, list[str]] | None,
-        compiled: CodeType | None,
+        compiled: Compiled | None,
     ) -> None:
         code = 1
         interrupted = False
@@ -403,13 +405,20 @@ def _finalize(code: int) -> int:
     return code
 
 
-def _run(program: tuple[str, str, list[str]], code: CodeType | None = None) -> int:
+def _run(program: tuple[str, str, list[str]], compiled: Compiled | None = None) -> int:
     """Run ``program`` (``program_of``'s reading of a request's argv: a script or ``-c`` code, and
-    its arguments) as ``__main__``, as ``python`` would; ``code`` is the program compiled already
-    (``CodeCache``), or None (then a script runs through ``runpy.run_path``, whose ``__main__``
-    differs a little: ``__package__`` ``""``, no ``__loader__``). Returns 0; the program's own
-    exit (``SystemExit``) and exceptions propagate to the fork's end (``ZygoteServer._child``)."""
+    its arguments) as ``__main__``, as ``python`` would; ``compiled`` is the program compiled
+    already (``CodeCache``: its compiler warnings are given again here, to this fork's stderr and
+    filters, as ``python`` gives them when it compiles), or None (then a script runs through
+    ``runpy.run_path``, whose ``__main__`` differs a little: ``__package__`` ``""``, no
+    ``__loader__``). Returns 0; the program's own exit (``SystemExit``) and exceptions propagate to
+    the fork's end (``ZygoteServer._child``)."""
     kind, text, args = program
+    code = None
+    if compiled is not None:
+        code = compiled.code
+        for caught in compiled.warnings:
+            warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
     # the __main__ module and sys.path[0] that ``python`` makes (Python/pythonrun.c and the sys.path
     # docs: the script's directory, or "" — the working directory — for -c), not the zygote's own
     import builtins
@@ -439,13 +448,31 @@ def _run(program: tuple[str, str, list[str]], code: CodeType | None = None) -> i
     return 0
 
 
+class Compiled(NamedTuple):
+    """A program ``CodeCache`` compiled, with the warnings its compiling raised (``SyntaxWarning``
+    for an invalid escape sequence, …), which each fork gives again as ``python`` would."""
+
+    code: CodeType
+    warnings: tuple[warnings.WarningMessage, ...]
+
+
+def _compile(source: str | bytes, filename: str) -> Compiled:
+    """``compile`` a program as ``python`` does its ``__main__`` (``dont_inherit``: none of this
+    module's ``__future__`` flags), catching every warning the compiler raises. Raises what
+    ``compile`` raises."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = compile(source, filename, "exec", dont_inherit=True)
+    return Compiled(code, tuple(caught))
+
+
 class CodeCache:
     """Hook programs compiled once in the zygote, before its forks: a hook script (under its path
     and the file's device, inode, size, mtime and ctime, so an edited file is compiled again) or a ``-c`` program
     (under its text). Each fork used to compile its hook itself, 0.7–1.8 ms for abx-plugins'
     hooks, about 5 ms a snapshot for the no-browser selection. A program that does not compile is
-    not kept: its fork compiles it and fails as ``python`` would. Compiled with ``dont_inherit``:
-    the program gets none of this module's ``__future__`` flags.
+    not kept: its fork compiles it and fails as ``python`` would. What compiling it warned of is
+    kept with it, for each fork to give again (a cold ``python`` compiles its script every time).
 
     Args:
         size: how many programs are kept (the least recently used go first).
@@ -453,9 +480,9 @@ class CodeCache:
 
     def __init__(self, size: int = 128) -> None:
         self.size = size
-        self._codes: dict[object, CodeType] = {}
+        self._codes: dict[object, Compiled] = {}
 
-    def get(self, program: tuple[str, str, list[str]]) -> CodeType | None:
+    def get(self, program: tuple[str, str, list[str]]) -> Compiled | None:
         """The compiled ``program`` (``program_of``'s reading: an absolute script path or ``-c``
         code), or None: anything else (a relative script path, which names a file only from the
         fork's cwd; a ``.pyc``), or a program that does not compile or cannot be read. Never
@@ -466,7 +493,7 @@ class CodeCache:
                 key: object = text
                 code = self._codes.get(key)
                 if code is None:
-                    code = compile(text, "<string>", "exec", dont_inherit=True)
+                    code = _compile(text, "<string>")
             elif os.path.isabs(text):
                 st = os.stat(text)
                 key = (text, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -476,7 +503,7 @@ class CodeCache:
                         data = source.read()
                     if data[:4] == importlib.util.MAGIC_NUMBER:  # a .pyc: runpy's own path
                         return None
-                    code = compile(data, text, "exec", dont_inherit=True)
+                    code = _compile(data, text)
             else:
                 return None
         except Exception:  # noqa: BLE001 - unreadable, no source, too deep, not text: the fork finds out
