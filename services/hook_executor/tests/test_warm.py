@@ -601,6 +601,29 @@ def test_a_hook_with_interpreter_options_starts_cold(tmp_path):
         zygote.stop()
 
 
+@pytest.mark.parametrize("argv", [[sys.executable, 5], [sys.executable, b"x"], [sys.executable, "-c", 5], []])
+def test_a_request_the_zygote_cannot_read_ends_its_fork_not_the_zygote(tmp_path, argv):
+    """An argv with anything but strings in it (or none) is answered with status 2 by the fork (as
+    ``python`` answers a bad command line); it used to raise in the zygote's own loop and end it."""
+    from boxcar.hook_executor.warm import zygote_wire as wire
+
+    hook = probe_hook(tmp_path, WARM_PROBE)
+    zygote = Zygote(sys.executable, tmp_path / "z.sock")
+    try:
+        zygote.start()
+        with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(str(zygote.socket_path))
+            request = {"argv": argv, "cwd": str(tmp_path), "env": {}}
+            wire.send_request(conn, request, [null_in.fileno(), null_out.fileno(), null_out.fileno()])
+            assert "pid" in wire.recv(conn)
+            assert wire.recv(conn)["exit"] == 2
+            conn.close()
+        assert asyncio.run(run_hook(hook, tmp_path, zygote)) == ("warm", 2)  # the zygote still serves
+    finally:
+        zygote.stop()
+
+
 def test_a_warm_hook_cannot_read_the_executors_secrets_from_its_process_environment(tmp_path, monkeypatch):
     """A fork replaces ``os.environ``, but ``/proc/self/environ`` is the zygote's own: the zygote is
     started without Boxcar's secrets (``public_environ``), as a cold hook is."""

@@ -417,7 +417,7 @@ def _run(program: tuple[str, str, list[str]], compiled: Compiled | None = None) 
     code = None
     if compiled is not None:
         code = compiled.code
-        for caught in compiled.warnings:
+        for caught in compiled.warned:
             warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
     # the __main__ module and sys.path[0] that ``python`` makes (Python/pythonrun.c and the sys.path
     # docs: the script's directory, or "" — the working directory — for -c), not the zygote's own
@@ -453,7 +453,7 @@ class Compiled(NamedTuple):
     for an invalid escape sequence, …), which each fork gives again as ``python`` would."""
 
     code: CodeType
-    warnings: tuple[warnings.WarningMessage, ...]
+    warned: tuple[warnings.WarningMessage, ...]
 
 
 def _compile(source: str | bytes, filename: str) -> Compiled:

@@ -166,7 +166,10 @@ def program_of(argv: list[str]) -> tuple[str, str, list[str]] | None:
     """What ``argv`` (``[python, …]``) asks a zygote's fork to run: ``("-c", code, args)``,
     ``("script", path, args)``, or None for anything else (an interpreter option such as ``-u`` or
     ``-m`` before the program, ``-`` or ``""``, or no program at all), which only a cold ``python``
-    runs right. The one reading of a request's argv: the server runs and compiles by it."""
+    runs right; None too for an argv with anything but strings in it. The one reading of a
+    request's argv: the server runs and compiles by it."""
+    if not all(isinstance(arg, str) for arg in argv):
+        return None
     if len(argv) >= 3 and argv[1] == "-c":
         return "-c", argv[2], argv[3:]
     if len(argv) >= 2 and argv[1] and not argv[1].startswith("-"):
