@@ -139,7 +139,7 @@ class BoxcarClient:
         on_tick=None,
     ) -> dict[str, Any]:
         """Show live progress until the crawl is sealed and all its results are projected, polling
-        at ``poll_interval``'s pace (faster as the crawl's end nears).
+        at ``PollPace``'s pace (faster as the crawl's end nears).
 
         Args:
             on_tick: called once per poll (the CLI uses it to supervise an embedded stack).
@@ -151,6 +151,7 @@ class BoxcarClient:
             TimeoutError: ``timeout`` seconds passed first.
         """
         started = time.monotonic()
+        pace = PollPace(started)
         columns = (
             SpinnerColumn(),
             TextColumn("[bold]{task.description}"),
@@ -180,28 +181,48 @@ class BoxcarClient:
                     raise TimeoutError(f"crawl {crawl_id} not sealed after {timeout:.0f}s (status {state['status']})")
                 if on_tick is not None:
                     on_tick()
-                time.sleep(poll_interval(time.monotonic() - started, (snaps["sealed"], snaps["total"])))
+                time.sleep(pace.next(state, time.monotonic()))
 
 
-def poll_interval(
-    elapsed: float, snapshots: tuple[int, int] | None = None, first: float = 0.1, most: float = 1.0
-) -> float:
+def poll_interval(elapsed: float, first: float = 0.1, most: float = 1.0) -> float:
     """Seconds to wait before the next progress poll of a crawl ``elapsed`` seconds old: ``first``
     at once (a one-URL crawl, sealed in well under a second on a started stack, is seen sealed
     within a tenth of one), growing by 0.1 s per second of waiting to ``most`` (after 9 s with the
     defaults). Each poll counts the crawl's snapshots and results, work that grows with the crawl: a
-    10,000-bookmark import is not counted ten times a second for its whole life.
+    10,000-bookmark import is not counted ten times a second for its whole life."""
+    return min(most, first + 0.1 * max(0.0, elapsed))
 
-    ``snapshots`` is the last poll's ``(sealed, total)``. A crawl whose pace so far (``elapsed /
-    sealed`` seconds a snapshot) says it ends before the next poll is polled when it should end
-    (never sooner than ``first``), and one with every snapshot sealed (its seal and last results
-    to come) every ``first``: ``boxcar add --wait`` ends within about a tenth of a second of the
-    seal rather than up to ``most`` after it."""
-    interval = min(most, first + 0.1 * max(0.0, elapsed))
-    if snapshots is not None:
-        sealed, total = snapshots
-        if total and sealed >= total:
-            return first
-        if sealed > 0:
-            interval = min(interval, max(first, (total - sealed) * elapsed / sealed))
-    return interval
+
+class PollPace:
+    """When ``Client.wait`` polls a crawl next: ``poll_interval``'s ramp, sooner as the crawl's end
+    nears. A crawl with snapshots still to seal is polled no later than its pace so far says the
+    rest will be sealed (``elapsed / sealed`` seconds a snapshot; the ramp from its last new seal
+    bounds that from below, so a last snapshot that takes long is soon polled once a second again);
+    a sealed crawl whose last results are still being written, every ``first`` seconds. So
+    ``boxcar add --wait`` on a crawl whose last snapshots keep its pace ends soon after the seal
+    (0.2 s for a 130-page crawl of 30 s) rather than up to ``most`` after it; a one-snapshot crawl
+    has no pace and keeps the ramp.
+
+    Args:
+        started: ``time.monotonic()`` when waiting began.
+    """
+
+    def __init__(self, started: float, first: float = 0.1, most: float = 1.0) -> None:
+        self.started, self.first, self.most = started, first, most
+        self.sealed, self.last_seal = 0, started
+
+    def next(self, state: dict[str, Any], now: float) -> float:
+        """Seconds to the next poll after one (at ``now``, monotonic) that read ``state`` (a
+        ``GET /api/v1/crawls/{id}`` body)."""
+        if state["status"] == "sealed":
+            return self.first
+        elapsed = now - self.started
+        interval = poll_interval(elapsed, self.first, self.most)
+        sealed, total = state["snapshots"]["sealed"], state["snapshots"]["total"]
+        if sealed != self.sealed:
+            self.sealed, self.last_seal = sealed, now
+        if 0 < sealed < total:
+            pace = (total - sealed) * elapsed / sealed
+            quiet = poll_interval(now - self.last_seal, self.first, self.most)
+            interval = min(interval, max(pace, quiet))
+        return interval

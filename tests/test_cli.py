@@ -184,16 +184,28 @@ def test_add_wait_polls_often_at_first_then_once_a_second():
 
 
 def test_add_wait_polls_when_the_crawls_pace_says_it_ends():
-    """Near its end a crawl is polled when its pace says it will be done, not up to a second later:
-    with every snapshot sealed, every tenth of a second (its seal and last results to come)."""
-    from boxcar.cli.client import poll_interval
+    """Near its end a crawl is polled when its pace says it will be done, not up to a second later;
+    a sealed crawl whose last results are being written, every tenth of a second. A last snapshot
+    that takes long, a paused crawl or one still being seeded is soon polled once a second again."""
+    from boxcar.cli.client import PollPace
 
-    assert poll_interval(30, (0, 130)) == poll_interval(30) == 1.0  # no pace yet
-    assert poll_interval(30, (10, 10_000)) == 1.0  # far from the end
-    assert poll_interval(30, (129, 130)) == pytest.approx(30 / 129)  # one left: ~0.23 s each
-    assert poll_interval(30, (130, 130)) == 0.1
-    assert poll_interval(30, (1000, 1001)) == 0.1  # never sooner than the first poll's pace
-    assert poll_interval(0.5, (1, 3)) == pytest.approx(0.15)  # the ramp still bounds it
+    def state(sealed: int, total: int, status: str = "started") -> dict:
+        return {"status": status, "snapshots": {"sealed": sealed, "total": total}}
+
+    pace = PollPace(started=0.0)
+    assert pace.next(state(0, 130), 30.0) == 1.0  # no pace yet: the ramp
+    assert pace.next(state(129, 130), 30.0) == pytest.approx(30 / 129)  # one left, due in ~0.23 s
+    assert pace.next(state(129, 130), 33.0) == pytest.approx(0.4)  # not sealed 3 s on: the ramp again
+    assert pace.next(state(129, 130), 60.0) == 1.0
+    assert pace.next(state(130, 130, "sealed"), 61.0) == 0.1  # its results still to be written
+
+    big = PollPace(started=0.0)
+    assert big.next(state(9_000, 10_000), 1_000.0) == 1.0  # far from the end
+    assert big.next(state(9_999, 10_000), 1_100.0) == pytest.approx(1_100 / 9_999)  # the last one is due
+    assert big.next(state(9_999, 10_000), 1_105.0) == pytest.approx(0.6)  # ... and still is not sealed
+    # every snapshot sealed but not the crawl (it is sealed with its last snapshot): seeds still
+    # being added, or paused — the ramp
+    assert big.next(state(10_000, 10_000), 1_106.0) == 1.0
 
 
 def test_five_concurrent_adds_of_the_same_urls_make_each_snapshot_once(tmp_path, lib_dir, site_urls):
