@@ -408,14 +408,21 @@ def insert_snapshots(
 def release_dedup_keys(s: Session, keys: Sequence[str]) -> int:
     """Free the ``dedup_key`` of sealed snapshots that archived nothing (failed, cancelled,
     refused), so an ``ONLY_NEW`` crawl captures their URL again; returns how many. Guard: only
-    ``sealed`` rows without a succeeded result lose their key (an open one never does)."""
+    ``sealed`` rows whose results are all in (as many as ``expected_results``: the projector writes
+    them after the seal) and none succeeded lose their key (an open one never does). A snapshot
+    sealed a moment ago has none of its results yet: its key was released then, and a concurrent
+    crawl of the same URL made a second snapshot of it."""
     succeeded = exists().where(ArchiveResult.snapshot_id == Snapshot.id, ArchiveResult.status == ResultStatus.SUCCEEDED)
+    projected = (
+        select(func.count()).where(ArchiveResult.snapshot_id == Snapshot.id).scalar_subquery()
+        >= Snapshot.expected_results
+    )
     released = 0
     for chunk in _chunks(list(keys)):
         released += _rowcount(
             s,
             update(Snapshot)
-            .where(Snapshot.dedup_key.in_(chunk), Snapshot.status == SEALED, ~succeeded)
+            .where(Snapshot.dedup_key.in_(chunk), Snapshot.status == SEALED, projected, ~succeeded)
             .values(dedup_key=None)
             .execution_options(synchronize_session=False),
         )

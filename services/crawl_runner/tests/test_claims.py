@@ -13,6 +13,7 @@ from boxcar.shared.clock import utcnow
 from boxcar.shared.db.models import (
     QUEUED,
     STARTED,
+    ArchiveResult,
     Crawl,
     Snapshot,
     SnapshotTag,
@@ -23,7 +24,7 @@ from boxcar.shared.db.models import (
     url_hash,
 )
 from boxcar.shared.ids import new_id
-from boxcar.shared.messages import Seed
+from boxcar.shared.messages import ResultStatus, Seed
 
 
 def new_crawl(db, urls: list[str], *, status=STARTED) -> str:
@@ -298,3 +299,58 @@ def test_a_url_that_archived_nothing_is_captured_again_and_archive_again_is_neve
         created, _ = q.insert_snapshots(s, again, [Seed.parse(url)], depth=0, parent_id=None, now=now)
         assert len(created) == 1
     assert len(_snapshots_of(db, url)) == 3
+
+
+def test_a_url_is_captured_again_only_once_its_sealed_snapshots_results_are_all_in(db):
+    """The projector writes a sealed snapshot's results after the seal. Its dedup key used to be
+    released while none were in yet (nothing succeeded, so far as the rows said), and a concurrent
+    ``ONLY_NEW`` crawl of the URL made a second snapshot of one that had archived it
+    (``test_cli``'s five concurrent adds saw 21 snapshots of 20 URLs). Released only once every
+    result of its plan is in and none succeeded."""
+    url = "https://example.com/page"
+    first = new_crawl(db, [url])
+    key = dedup_key("system", url_hash(url))
+    with db.write() as s:
+        s.execute(
+            update(Snapshot)
+            .where(Snapshot.crawl_id == first)
+            .values(dedup_key=key, status="sealed", retry_at=None, attempts=1, expected_results=2)
+        )
+    (snap,) = _snapshots_of(db, url)
+
+    def add_result(status: str) -> None:
+        with db.write() as s:
+            s.add(ArchiveResult(id=new_id(), snapshot_id=snap.id, plugin="p", hook_name=new_id(), status=status))
+
+    def another_crawl_makes_a_snapshot() -> bool:
+        now = utcnow()
+        with db.write() as s:
+            crawl = Crawl(id=new_id(), status=STARTED, retry_at=now, output_dir="x", seed_count=1, seeded=1)
+            s.add(crawl)
+            s.flush()
+            seeds = [Seed.parse(url)]
+            created, _ = q.insert_snapshots(s, crawl, seeds, depth=0, parent_id=None, now=now, only_new=True)
+            return bool(created)
+
+    assert not another_crawl_makes_a_snapshot()  # sealed, no result in yet: merged into it
+    add_result(ResultStatus.FAILED)
+    assert not another_crawl_makes_a_snapshot()  # one of two in
+    add_result(ResultStatus.FAILED)
+    assert another_crawl_makes_a_snapshot()  # both in, both failed: captured again
+    assert len(_snapshots_of(db, url)) == 2
+
+
+def test_a_sealed_snapshot_that_archived_something_keeps_its_url(db):
+    """A succeeded result keeps the key held, whatever else is still to come."""
+    url = "https://example.com/kept"
+    first = new_crawl(db, [url])
+    with db.write() as s:
+        s.execute(
+            update(Snapshot)
+            .where(Snapshot.crawl_id == first)
+            .values(dedup_key=dedup_key("system", url_hash(url)), status="sealed", retry_at=None, expected_results=1)
+        )
+        (snap,) = s.scalars(select(Snapshot).where(Snapshot.crawl_id == first))
+        s.add(ArchiveResult(id=new_id(), snapshot_id=snap.id, plugin="p", hook_name="h", status=ResultStatus.SUCCEEDED))
+    with db.write() as s:
+        assert q.release_dedup_keys(s, [dedup_key("system", url_hash(url))]) == 0
