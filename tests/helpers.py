@@ -67,6 +67,16 @@ def hook_processes(crawl_id: str, db: Database) -> list[psutil.Process]:
     return found
 
 
+def describe_processes(procs: list[psutil.Process]) -> list[tuple]:
+    """``(pid, the command line's last three items, cwd)`` of each of ``procs`` still running, for a
+    test's failure message."""
+    out = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            out.append((proc.pid, proc.cmdline()[-3:], proc.cwd()))
+    return out
+
+
 def is_warm_hook(proc: psutil.Process) -> bool:
     """True for a program a zygote forked (a warm hook, or a stand-in's program): a process with
     a ``zygote_server.py`` command line whose parent has the same one (a fork keeps its argv).
